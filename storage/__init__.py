@@ -1,0 +1,1 @@
+"""Everything tempomem keeps on disk. No Temporal imports here (ARCHITECTURE.md, layout)."""

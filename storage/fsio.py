@@ -1,0 +1,110 @@
+"""Atomic, owner-only filesystem writes: temp → fsync → rename → fsync dir (STYLE, INTAKE-10)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from storage.limits import DIR_MODE, FILE_MODE
+
+
+class UnsafePathError(Exception):
+    """A path that must be a private directory or regular file is something else (symlink, foreign, …)."""
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) as 0700 dirs; refuse symlinks and foreign owners."""
+    path = Path(path)
+    if path.is_symlink():
+        raise UnsafePathError(f"{path} is a symlink")
+    if not path.exists():
+        parent = path.parent
+        if parent != path and not parent.exists():
+            ensure_private_dir(parent)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, DIR_MODE)
+            fsync_dir(path.parent)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(f"{path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise UnsafePathError(f"{path} is owned by uid {st.st_uid}, not {os.geteuid()}")
+    if stat.S_IMODE(st.st_mode) != DIR_MODE:
+        os.chmod(path, DIR_MODE)
+    return path
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = FILE_MODE) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves either the old or the new bytes, never a mix."""
+    path = Path(path)
+    if path.is_symlink():
+        raise UnsafePathError(f"{path} is a symlink")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def read_private_file(path: Path, *, max_bytes: int | None = None) -> bytes:
+    """Read a regular, single-link, owner-owned file without following symlinks."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(f"{path} is not a regular file")
+        if st.st_uid != os.geteuid():
+            raise UnsafePathError(f"{path} is owned by uid {st.st_uid}, not {os.geteuid()}")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise UnsafePathError(f"{path} is {st.st_size} bytes, more than {max_bytes}")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, *, blocking: bool = True) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created 0600) for the block.
+
+    Raises ``BlockingIOError`` when ``blocking`` is false and another process holds it.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
