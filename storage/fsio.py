@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -73,7 +74,12 @@ def atomic_write(path: Path, data: bytes, *, mode: int = FILE_MODE) -> None:
 
 def read_private_file(path: Path, *, max_bytes: int | None = None) -> bytes:
     """Read a regular, single-link, owner-owned file without following symlinks."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
+            raise UnsafePathError(f"{path} is a symlink") from None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -1,0 +1,50 @@
+"""What every activity of one store needs: its root, tier, write mode and (optionally) embedder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from storage.intake import Intake
+from storage.store_ref import store_id
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from recall.embedding import EmbeddingProvider
+
+
+class WrongStoreError(Exception):
+    """A task for another memory root reached this worker (mis-routed task queue)."""
+
+
+@dataclass
+class StoreContext:
+    root: Path
+    tier: str  # lite | journal | bujo
+    write_mode: str
+    task_queue: str
+    embedder: EmbeddingProvider | None = None
+    client: Client | None = None  # the sweeper starts workflows through it
+    first_delay_seconds: int = 60
+    store_id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        self.store_id = store_id(self.root)
+
+    @property
+    def intake(self) -> Intake:
+        return Intake(self.root)
+
+    def check(self, requested_store_id: str) -> None:
+        if requested_store_id != self.store_id:
+            raise WrongStoreError(
+                f"task for store {requested_store_id} reached the worker of {self.store_id}"
+            )
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,90 @@
+"""Write-mode and skip rules applied in the host before admission (WM-01..WM-18, AMB-19, AMB-21).
+
+Pure functions: no I/O, no clock. The intake module turns their output into a durable record.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from storage.limits import SUMMARY_ANSWER_MAX_BYTES
+from storage.turn import CompletedTurn, SkipReason
+
+WriteMode = Literal["disabled", "append-host-summary", "capture"]
+SourceLabel = Literal["user", "scheduled-task", "webhook"]
+
+NO_OP_SENTINEL = "NOTHING_TO_REPORT"
+# AMB-19: the last line ends with the sentinel preceded by start-of-line or a non-word character.
+_SENTINEL_TAIL = re.compile(r"(?:^|\W)" + NO_OP_SENTINEL + r"$")
+_WHITESPACE = re.compile(r"\s+")
+
+_SUMMARY_PREFIX: dict[SourceLabel, str] = {
+    "user": "Assistant",
+    "scheduled-task": "Scheduled task, assistant",
+    "webhook": "Webhook, assistant",
+}
+
+
+def is_no_op_answer(final_answer: str) -> bool:
+    """WM-05 / AMB-19: case-sensitive sentinel match on the whole answer or its final line."""
+    text = final_answer.rstrip()
+    if text == NO_OP_SENTINEL:
+        return True
+    last_line = text.rsplit("\n", 1)[-1].rstrip()
+    return bool(_SENTINEL_TAIL.search(last_line))
+
+
+def skip_reason(
+    turn: CompletedTurn, *, write_mode: WriteMode, capture_cron: bool | None, capture_webhook: bool | None
+) -> SkipReason | None:
+    """Why this turn must not be admitted, or None to admit it."""
+    if write_mode == "disabled":
+        return SkipReason.WRITE_DISABLED
+    if is_no_op_answer(turn.final_answer):
+        return SkipReason.NO_OP_SENTINEL
+    # WM-15: only host metadata counts (WM-16); unset or true keeps the default (admit).
+    if turn.trigger_kind == "cron" and capture_cron is False:
+        return SkipReason.CRON_SWITCH_OFF
+    if turn.trigger_kind == "webhook" and capture_webhook is False:
+        return SkipReason.WEBHOOK_SWITCH_OFF
+    return None
+
+
+def source_label(turn: CompletedTurn) -> SourceLabel:
+    """WM-12: an honest label for trigger turns, never "user"."""
+    if turn.trigger_kind == "cron":
+        return "scheduled-task"
+    if turn.trigger_kind == "webhook":
+        return "webhook"
+    return "user"
+
+
+def truncate_utf8(text: str, max_bytes: int) -> str:
+    """Cut at a UTF-8 boundary, deterministically (AMB-12: a retried admission is byte-identical)."""
+    raw = text.encode("utf-8")
+    if len(raw) <= max_bytes:
+        return text
+    return raw[:max_bytes].decode("utf-8", errors="ignore")
+
+
+def host_summary(turn: CompletedTurn) -> str:
+    """AMB-21 / WM-13: the deterministic host observation, built from the assistant answer only."""
+    answer = _WHITESPACE.sub(" ", turn.final_answer).strip()
+    # Canonical Markdown keeps metadata in HTML comments; an answer must never open or close one.
+    answer = answer.replace("<!--", "&lt;!--").replace("-->", "--&gt;")
+    answer = truncate_utf8(answer, SUMMARY_ANSWER_MAX_BYTES)
+    return f"{_SUMMARY_PREFIX[source_label(turn)]}: {answer}"
+
+
+def capture_text(turn: CompletedTurn) -> str:
+    """The text capture curates (WM-04). Trigger prompts never enter memory (WM-11).
+
+    For cron/webhook turns only the assistant answer is kept; the source label travels separately.
+    Otherwise the host-approved capture text, or the owner's text and the answer when none was given.
+    """
+    if turn.trigger_kind != "none":
+        return turn.final_answer
+    if turn.capture_text is not None:
+        return turn.capture_text
+    return f"User: {turn.user_text}\nAssistant: {turn.final_answer}"

@@ -1,0 +1,468 @@
+"""The durable intake record: the source of truth of every admitted turn (INTAKE-*, AMB-29).
+
+Layout under the memory root::
+
+    .capture-intake/            0700
+      pending/<id>              immutable admitted payload, canonical JSON, 0600
+      pending/<id>.state.json   mutable processing state (attempts, due time, failure category)
+      dead/<id>, dead/<id>.state.json
+      resolved/<id>.receipt.json  content-free receipt: id, payload hash, outcome, instants
+      .lock                     admission/transition lock (flock)
+
+``<id>`` is sha256(run id) as 64 lowercase hex characters (INTAKE-02). The payload hash covers the
+immutable admitted fields only, so processing never changes a record's identity (AMB-29).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from storage.admission_rules import SourceLabel, WriteMode, capture_text, host_summary, source_label
+from storage.fsio import (
+    UnsafePathError,
+    atomic_write,
+    ensure_private_dir,
+    exclusive_lock,
+    fsync_dir,
+    read_private_file,
+)
+from storage.limits import MAX_ACTIVE_RECORDS, MAX_RECORD_BYTES, RUN_ID_HASH_HEX_LEN
+from storage.turn import CompletedTurn
+
+INTAKE_DIR = ".capture-intake"
+RECORD_VERSION = 1
+TRUNCATION_MARKER = "\n[capture text truncated]"
+
+Tier = Literal["lite", "journal", "bujo"]
+
+
+class IntakeError(Exception):
+    """Base of every typed intake failure; stored state is untouched when one is raised."""
+
+
+class IntakeConflictError(IntakeError):
+    """INTAKE-04: the run id was admitted before with different payload bytes."""
+
+
+class IntakeCapacityError(IntakeError):
+    """AMB-11: 4,096 active records already; a new run id is refused, nothing is pruned."""
+
+
+class IntakeCorruptError(IntakeError):
+    """A record on disk is malformed, unsafe (symlink, foreign owner) or inconsistent."""
+
+
+class UnknownRecordError(IntakeError):
+    """No record with that id in the state asked for."""
+
+
+class RecordState(StrEnum):
+    PENDING = "pending"
+    DEAD = "dead"
+    RESOLVED = "resolved"
+
+
+class FailureCategory(StrEnum):
+    """AMB-29: the bounded failure vocabulary shown to operators (never a message text)."""
+
+    LLM_TIMEOUT = "llm_timeout"
+    LLM_ERROR = "llm_error"
+    INVALID_OUTPUT = "invalid_output"
+    EMBEDDING_UNAVAILABLE = "embedding_unavailable"
+    INDEX_ERROR = "index_error"
+    STORAGE_ERROR = "storage_error"
+    SHUTDOWN_ABORT = "shutdown_abort"
+    UNKNOWN = "unknown"
+
+
+class IntakePayload(BaseModel):
+    """The immutable admitted fields. Its canonical bytes are what INTAKE-03/04 compare."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int
+    id: str
+    run_id: str
+    admitted_at: str
+    write_mode: WriteMode
+    tier: Tier
+    speaker_kind: str
+    trigger_kind: str
+    source_label: SourceLabel
+    conversation_id: str
+    summary: str
+    capture_text: str | None = None
+
+
+class ProcessingState(BaseModel):
+    """Mutable, content-free processing state (INTAKE-18)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: RecordState = RecordState.PENDING
+    attempts: int = 0
+    revision: int = 0
+    due_at: str | None = None  # None = due now
+    failure_category: FailureCategory | None = None
+    updated_at: str | None = None
+
+
+class Receipt(BaseModel):
+    """Content-free proof that a run was resolved; keeps duplicate protection after retirement."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    payload_sha256: str
+    outcome: Literal["success", "operator_resolved"]
+    admitted_at: str
+    resolved_at: str
+    attempts: int
+
+
+class RecordView(BaseModel):
+    """What inspection may show: ids, states, instants, counters (CLI-03). Never text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    state: RecordState
+    admitted_at: str
+    attempts: int
+    revision: int
+    due_at: str | None
+    due: bool
+    failure_category: FailureCategory | None
+    write_mode: str
+    tier: str
+
+
+def intake_id(run_id: str) -> str:
+    """INTAKE-02: sha256 of the run id, 64 lowercase hex characters."""
+    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()
+
+
+def format_instant(value: datetime) -> str:
+    """UTC, millisecond precision, Z suffix: the one instant format on disk."""
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def parse_instant(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def canonical_json(value: object) -> bytes:
+    """Sorted keys, no insignificant whitespace, UTF-8 (AMB-24 style)."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
+
+
+def _check_id(record_id: str) -> str:
+    if len(record_id) != RUN_ID_HASH_HEX_LEN or any(c not in "0123456789abcdef" for c in record_id):
+        raise UnknownRecordError(f"not a 64-character lowercase hex intake id: {record_id[:80]!r}")
+    return record_id
+
+
+def build_payload(turn: CompletedTurn, *, write_mode: WriteMode, tier: Tier) -> IntakePayload:
+    """The record a turn becomes. Deterministic: the same turn always yields the same bytes."""
+    payload = IntakePayload(
+        version=RECORD_VERSION,
+        id=intake_id(turn.run_id),
+        run_id=turn.run_id,
+        admitted_at=format_instant(turn.admitted_at),
+        write_mode=write_mode,
+        tier=tier,
+        speaker_kind=turn.speaker_kind,
+        trigger_kind=turn.trigger_kind,
+        source_label=source_label(turn),
+        conversation_id=turn.conversation_id,
+        summary=host_summary(turn),
+        capture_text=capture_text(turn) if write_mode == "capture" else None,
+    )
+    return _fit_record(payload)
+
+
+def _fit_record(payload: IntakePayload) -> IntakePayload:
+    """AMB-12: truncate capture text at a UTF-8 boundary, with a marker, so the record stays ≤ 640 KiB."""
+    size = len(canonical_json(payload.model_dump()))
+    if size <= MAX_RECORD_BYTES:
+        return payload
+    if payload.capture_text is None:
+        raise IntakeError(f"record is {size} bytes, more than {MAX_RECORD_BYTES}")
+    text = payload.capture_text
+    # JSON escaping can make a byte cost more than one; shrink until it fits (a few rounds at most).
+    while size > MAX_RECORD_BYTES and text:
+        excess = size - MAX_RECORD_BYTES + len(TRUNCATION_MARKER.encode())
+        raw = text.encode("utf-8")
+        text = raw[: max(0, len(raw) - excess)].decode("utf-8", errors="ignore")
+        candidate = payload.model_copy(update={"capture_text": text + TRUNCATION_MARKER})
+        size = len(canonical_json(candidate.model_dump()))
+    return candidate
+
+
+class Intake:
+    """The intake folder of one memory root. Every public method is crash-safe on its own."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.base = self.root / INTAKE_DIR
+        self.pending_dir = self.base / "pending"
+        self.dead_dir = self.base / "dead"
+        self.resolved_dir = self.base / "resolved"
+
+    # -- layout -------------------------------------------------------------------------------------
+    def ensure_layout(self) -> None:
+        ensure_private_dir(self.root)
+        for folder in (self.base, self.pending_dir, self.dead_dir, self.resolved_dir):
+            ensure_private_dir(folder)
+
+    def _lock(self) -> contextlib.AbstractContextManager[None]:
+        self.ensure_layout()
+        return exclusive_lock(self.base / ".lock")
+
+    # -- admission ----------------------------------------------------------------------------------
+    def admit(self, payload: IntakePayload) -> Literal["admitted", "duplicate"]:
+        """Write the pending record durably (INTAKE-01), or recognise a duplicate (INTAKE-03).
+
+        Raises IntakeConflictError when the id exists with other bytes (INTAKE-04) and
+        IntakeCapacityError when 4,096 records are active (AMB-11). Neither changes anything on disk.
+        """
+        data = canonical_json(payload.model_dump())
+        if len(data) > MAX_RECORD_BYTES:
+            raise IntakeError(f"record is {len(data)} bytes, more than {MAX_RECORD_BYTES}")
+        digest = hashlib.sha256(data).hexdigest()
+        record_id = _check_id(payload.id)
+        with self._lock():
+            existing = self._existing_digest(record_id)
+            if existing is not None:
+                if existing == digest:
+                    return "duplicate"
+                raise IntakeConflictError(
+                    f"run id of intake record {record_id} was admitted before with different payload bytes"
+                )
+            if self._active_count() >= MAX_ACTIVE_RECORDS:
+                raise IntakeCapacityError(f"{MAX_ACTIVE_RECORDS} active intake records; admission refused")
+            atomic_write(self.pending_dir / record_id, data)
+        return "admitted"
+
+    def _existing_digest(self, record_id: str) -> str | None:
+        for folder in (self.pending_dir, self.dead_dir):
+            path = folder / record_id
+            if path.exists() or path.is_symlink():
+                return hashlib.sha256(self._read(path)).hexdigest()
+        receipt = self.resolved_dir / f"{record_id}.receipt.json"
+        if receipt.exists() or receipt.is_symlink():
+            return self._load_receipt(record_id).payload_sha256
+        return None
+
+    def _active_count(self) -> int:
+        return sum(1 for d in (self.pending_dir, self.dead_dir) for n in os.listdir(d) if _is_record_name(n))
+
+    def _read(self, path: Path) -> bytes:
+        try:
+            return read_private_file(path, max_bytes=MAX_RECORD_BYTES)
+        except UnsafePathError as exc:
+            raise IntakeCorruptError(str(exc)) from exc
+
+    # -- reading ------------------------------------------------------------------------------------
+    def _locate(self, record_id: str) -> RecordState:
+        _check_id(record_id)
+        if (self.pending_dir / record_id).exists():
+            return RecordState.PENDING
+        if (self.dead_dir / record_id).exists():
+            return RecordState.DEAD
+        if (self.resolved_dir / f"{record_id}.receipt.json").exists():
+            return RecordState.RESOLVED
+        raise UnknownRecordError(f"no intake record {record_id}")
+
+    def load_payload(self, record_id: str) -> IntakePayload:
+        """The admitted payload of a pending or dead record (activities read text from here, not Temporal)."""
+        state = self._locate(record_id)
+        if state is RecordState.RESOLVED:
+            raise UnknownRecordError(f"intake record {record_id} is resolved; its payload is retired")
+        folder = self.pending_dir if state is RecordState.PENDING else self.dead_dir
+        try:
+            return IntakePayload.model_validate_json(self._read(folder / record_id))
+        except ValidationError as exc:
+            raise IntakeCorruptError(f"intake record {record_id} is malformed") from exc
+
+    def _state_path(self, folder: Path, record_id: str) -> Path:
+        return folder / f"{record_id}.state.json"
+
+    def _load_state(self, folder: Path, record_id: str) -> ProcessingState:
+        path = self._state_path(folder, record_id)
+        if not path.exists() and not path.is_symlink():
+            # A crash between payload and state writes leaves no state: that is a fresh record.
+            state = RecordState.PENDING if folder == self.pending_dir else RecordState.DEAD
+            return ProcessingState(state=state)
+        try:
+            return ProcessingState.model_validate_json(self._read(path))
+        except ValidationError as exc:
+            raise IntakeCorruptError(f"state of intake record {record_id} is malformed") from exc
+
+    def _load_receipt(self, record_id: str) -> Receipt:
+        try:
+            return Receipt.model_validate_json(self._read(self.resolved_dir / f"{record_id}.receipt.json"))
+        except ValidationError as exc:
+            raise IntakeCorruptError(f"receipt of intake record {record_id} is malformed") from exc
+
+    def view(self, record_id: str, *, now: datetime) -> RecordView:
+        state = self._locate(record_id)
+        if state is RecordState.RESOLVED:
+            receipt = self._load_receipt(record_id)
+            return RecordView(
+                id=record_id,
+                state=state,
+                admitted_at=receipt.admitted_at,
+                attempts=receipt.attempts,
+                revision=0,
+                due_at=None,
+                due=False,
+                failure_category=None,
+                write_mode="",
+                tier="",
+            )
+        folder = self.pending_dir if state is RecordState.PENDING else self.dead_dir
+        payload = self.load_payload(record_id)
+        proc = self._load_state(folder, record_id)
+        due = state is RecordState.PENDING and (proc.due_at is None or parse_instant(proc.due_at) <= now)
+        return RecordView(
+            id=record_id,
+            state=state,
+            admitted_at=payload.admitted_at,
+            attempts=proc.attempts,
+            revision=proc.revision,
+            due_at=proc.due_at,
+            due=due,
+            failure_category=proc.failure_category,
+            write_mode=payload.write_mode,
+            tier=payload.tier,
+        )
+
+    def list_ids(self, state: RecordState) -> list[str]:
+        if state is RecordState.RESOLVED:
+            names = [n.removesuffix(".receipt.json") for n in os.listdir(self.resolved_dir)]
+            return sorted(n for n in names if _is_record_name(n))
+        folder = self.pending_dir if state is RecordState.PENDING else self.dead_dir
+        return sorted(n for n in os.listdir(folder) if _is_record_name(n))
+
+    def due_pending(self, *, now: datetime) -> list[str]:
+        """Pending ids whose due time has come, oldest admission first (what the sweeper starts)."""
+        due = [v for v in (self.view(i, now=now) for i in self.list_ids(RecordState.PENDING)) if v.due]
+        return [v.id for v in sorted(due, key=lambda v: (v.admitted_at, v.id))]
+
+    def counts(self, *, now: datetime) -> dict[str, int]:
+        """INTAKE-30: content-free aggregate counts."""
+        pending = self.list_ids(RecordState.PENDING)
+        return {
+            "pending": len(pending),
+            "due": sum(1 for i in pending if self.view(i, now=now).due),
+            "dead": len(self.list_ids(RecordState.DEAD)),
+            "resolved": len(self.list_ids(RecordState.RESOLVED)),
+        }
+
+    # -- transitions --------------------------------------------------------------------------------
+    def begin_attempt(self, record_id: str, *, now: datetime) -> ProcessingState:
+        """Persist attempts+1 before a try (INTAKE-13: the budget lives in the record)."""
+        with self._lock():
+            if self._locate(record_id) is not RecordState.PENDING:
+                raise UnknownRecordError(f"intake record {record_id} is not pending")
+            proc = self._load_state(self.pending_dir, record_id)
+            proc = proc.model_copy(
+                update={
+                    "attempts": proc.attempts + 1,
+                    "revision": proc.revision + 1,
+                    "due_at": None,
+                    "updated_at": format_instant(now),
+                }
+            )
+            self._write_state(self.pending_dir, record_id, proc)
+            return proc
+
+    def record_failure(
+        self, record_id: str, category: FailureCategory, *, retry_in: timedelta, now: datetime
+    ) -> ProcessingState:
+        """The attempt failed: keep the record pending, due again after ``retry_in``."""
+        with self._lock():
+            proc = self._load_state(self.pending_dir, record_id)
+            proc = proc.model_copy(
+                update={
+                    "failure_category": category,
+                    "revision": proc.revision + 1,
+                    "due_at": format_instant(now + retry_in),
+                    "updated_at": format_instant(now),
+                }
+            )
+            self._write_state(self.pending_dir, record_id, proc)
+            return proc
+
+    def dead_letter(self, record_id: str, category: FailureCategory, *, now: datetime) -> None:
+        """Budget exhausted (INTAKE-13): move payload and state to dead/, durably."""
+        with self._lock():
+            if self._locate(record_id) is not RecordState.PENDING:
+                return
+            proc = self._load_state(self.pending_dir, record_id)
+            proc = proc.model_copy(
+                update={
+                    "state": RecordState.DEAD,
+                    "failure_category": category,
+                    "revision": proc.revision + 1,
+                    "updated_at": format_instant(now),
+                }
+            )
+            self._write_state(self.dead_dir, record_id, proc)
+            os.replace(self.pending_dir / record_id, self.dead_dir / record_id)
+            fsync_dir(self.dead_dir)
+            _unlink_quiet(self._state_path(self.pending_dir, record_id))
+            fsync_dir(self.pending_dir)
+
+    def resolve(
+        self, record_id: str, *, outcome: Literal["success", "operator_resolved"], now: datetime
+    ) -> Receipt:
+        """Retire the record: receipt first, then remove the payload, so a crash in between is harmless."""
+        with self._lock():
+            state = self._locate(record_id)
+            if state is RecordState.RESOLVED:
+                return self._load_receipt(record_id)
+            folder = self.pending_dir if state is RecordState.PENDING else self.dead_dir
+            data = self._read(folder / record_id)
+            payload = IntakePayload.model_validate_json(data)
+            proc = self._load_state(folder, record_id)
+            receipt = Receipt(
+                id=record_id,
+                payload_sha256=hashlib.sha256(data).hexdigest(),
+                outcome=outcome,
+                admitted_at=payload.admitted_at,
+                resolved_at=format_instant(now),
+                attempts=proc.attempts,
+            )
+            atomic_write(
+                self.resolved_dir / f"{record_id}.receipt.json", canonical_json(receipt.model_dump())
+            )
+            _unlink_quiet(self._state_path(folder, record_id))
+            _unlink_quiet(folder / record_id)
+            fsync_dir(folder)
+            return receipt
+
+    def _write_state(self, folder: Path, record_id: str, proc: ProcessingState) -> None:
+        atomic_write(self._state_path(folder, record_id), canonical_json(proc.model_dump(mode="json")))
+
+
+def _is_record_name(name: str) -> bool:
+    return len(name) == RUN_ID_HASH_HEX_LEN and all(c in "0123456789abcdef" for c in name)
+
+
+def _unlink_quiet(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

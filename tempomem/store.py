@@ -1,0 +1,166 @@
+"""``MemoryStore``: the host-facing API — admit completed turns, search, rebuild (STORE-01, STORE-13)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from activities.context import StoreContext
+from activities.sweep import start_capture
+from storage.admission_rules import skip_reason
+from storage.intake import Intake, build_payload
+from storage.store_ref import store_id, task_queue
+from storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
+from tempomem.config import TempomemConfig
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from recall.embedding import EmbeddingProvider
+    from recall.index import Hit, RebuildReport
+
+log = logging.getLogger("tempomem.store")
+
+START_TIMEOUT_SECONDS = 2.0  # INTAKE-06: the best-effort workflow start may add at most this much
+START_COOLDOWN_SECONDS = 30.0  # after a failed start, skip further tries for a while: the sweeper catches up
+
+
+class CaptureUnavailableError(Exception):
+    """``writeMode: "capture"`` needs the capture pipeline, which this build does not have yet (issue #4)."""
+
+
+def resolve_root(config: TempomemConfig, base_dir: Path | None) -> Path:
+    path = Path(config.memory.path).expanduser()
+    return path if path.is_absolute() else (base_dir or Path.cwd()) / path
+
+
+def embedder_for(config: TempomemConfig) -> EmbeddingProvider | None:
+    """Lite never embeds (TIER-02); Journal/BuJo use the configured provider, with no fallback (CFG-08)."""
+    memory = config.memory
+    if memory.mode == "lite" or memory.embeddings is None:
+        return None
+    from recall.embedding import make_embedder
+
+    emb = memory.embeddings
+    return make_embedder(emb.provider, emb.effective_model, emb.effective_dim, emb.effective_endpoint)
+
+
+class MemoryStore:
+    """The built-in store of one memory root.
+
+    Admission is filesystem-only and never waits on Temporal beyond ``START_TIMEOUT_SECONDS``; a record
+    whose workflow could not be started stays pending and the worker's sweeper starts it later.
+    """
+
+    def __init__(
+        self,
+        config: TempomemConfig,
+        *,
+        base_dir: Path | None = None,
+        client: Client | None = None,
+        first_delay_seconds: int = 60,
+    ) -> None:
+        if config.memory.write_mode == "capture":
+            raise CaptureUnavailableError(
+                'writeMode "capture" needs the capture pipeline (extraction, review, reconciliation), '
+                "which is not in this build yet; use append-host-summary"
+            )
+        self.config = config
+        self.root = resolve_root(config, base_dir)
+        self.store_id = store_id(self.root)
+        self.task_queue = config.temporal.task_queue or task_queue(self.root)
+        self.intake = Intake(self.root)
+        self.first_delay_seconds = first_delay_seconds
+        self._client = client
+        self._start_blocked_until = 0.0
+        self._embedder: EmbeddingProvider | None = None
+
+    # -- write path ---------------------------------------------------------------------------------
+    async def persist_completed_turn(self, turn: CompletedTurn) -> AdmissionResult:
+        """Admit one completed turn durably (INTAKE-01), then try to start its workflow.
+
+        Returns once the record is fsynced; raises a typed ``IntakeError`` (conflict, capacity, corrupt)
+        with nothing changed on disk. The host keeps its answer either way (INTAKE-05).
+        """
+        memory = self.config.memory
+        capture = memory.capture
+        reason = skip_reason(
+            turn,
+            write_mode=memory.write_mode,
+            capture_cron=capture.cron if capture else None,
+            capture_webhook=capture.webhook if capture else None,
+        )
+        if reason is not None:
+            return AdmissionResult(status=AdmissionStatus.SKIPPED, skip_reason=reason)
+        payload = build_payload(turn, write_mode=memory.write_mode, tier=memory.mode)
+        outcome = self.intake.admit(payload)
+        if outcome == "duplicate":
+            return AdmissionResult(status=AdmissionStatus.DUPLICATE, intake_id=payload.id)
+        started, warning = await self._try_start(payload.id)
+        return AdmissionResult(
+            status=AdmissionStatus.ADMITTED, intake_id=payload.id, workflow_started=started, warning=warning
+        )
+
+    async def _try_start(self, intake_id: str) -> tuple[bool, str | None]:
+        if time.monotonic() < self._start_blocked_until:
+            return False, "temporal unavailable recently; the record stays pending for the sweeper"
+        try:
+            async with asyncio.timeout(START_TIMEOUT_SECONDS):
+                client = await self._connect()
+                await start_capture(
+                    client,
+                    task_queue=self.task_queue,
+                    store_id=self.store_id,
+                    intake_id=intake_id,
+                    first_delay_seconds=self.first_delay_seconds,
+                )
+            return True, None
+        except Exception as exc:  # any failure here is a warning: the durable record is what counts
+            self._start_blocked_until = time.monotonic() + START_COOLDOWN_SECONDS
+            log.warning("capture workflow not started (%s); record stays pending", type(exc).__name__)
+            return (
+                False,
+                f"temporal unreachable ({type(exc).__name__}); the record stays pending for the sweeper",
+            )
+
+    async def _connect(self) -> Client:
+        if self._client is None:
+            from temporalio.client import Client
+
+            temporal = self.config.temporal
+            self._client = await Client.connect(
+                temporal.address, namespace=temporal.namespace, api_key=temporal.api_key, tls=temporal.tls
+            )
+        return self._client
+
+    def worker_context(self, client: Client | None = None) -> StoreContext:
+        """Everything a worker of this store needs (see ``tempomem.worker.run_worker``)."""
+        return StoreContext(
+            root=self.root,
+            tier=self.config.memory.mode,
+            write_mode=self.config.memory.write_mode,
+            task_queue=self.task_queue,
+            embedder=self.embedder,
+            client=client,
+            first_delay_seconds=self.first_delay_seconds,
+        )
+
+    # -- read path ----------------------------------------------------------------------------------
+    @property
+    def embedder(self) -> EmbeddingProvider | None:
+        if self._embedder is None:
+            self._embedder = embedder_for(self.config)
+        return self._embedder
+
+    def search(self, query: str, *, limit: int = 8) -> list[Hit]:
+        from recall.index import MemoryIndex
+
+        return MemoryIndex(self.root, self.embedder).search(query, limit=limit)
+
+    def rebuild(self) -> RebuildReport:
+        from recall.index import MemoryIndex
+
+        return MemoryIndex(self.root, self.embedder).rebuild()

@@ -1,0 +1,108 @@
+"""The worker of one memory root: registers the workflows and this store's activities, sweeps the
+intake on start and keeps a Temporal Schedule that sweeps it every minute (AMB-54)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+)
+from temporalio.worker import Worker
+
+from activities.context import StoreContext
+from activities.curation import CurationActivities
+from activities.intake_ops import IntakeActivities
+from activities.projection import ProjectionActivities
+from activities.sweep import SweepActivities, sweep_store
+from storage.limits import SHUTDOWN_DRAIN_SECONDS
+from workflows.capture import CaptureWorkflow
+from workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
+from workflows.sweep import IntakeSweepWorkflow
+
+log = logging.getLogger("tempomem.worker")
+SWEEP_EVERY = timedelta(minutes=1)
+
+
+def schedule_id(store_id: str) -> str:
+    return f"tempomem-sweep-{store_id}"
+
+
+def store_activities(ctx: StoreContext) -> Sequence[Any]:
+    intake = IntakeActivities(ctx)
+    projection = ProjectionActivities(ctx)
+    curation = CurationActivities(ctx)
+    sweep = SweepActivities(ctx)
+    return [
+        intake.begin_attempt,
+        intake.record_failure,
+        intake.dead_letter,
+        intake.resolve,
+        projection.project,
+        curation.extract,
+        curation.review,
+        curation.reconcile,
+        sweep.sweep,
+    ]
+
+
+def build_worker(client: Client, ctx: StoreContext, *, executor: concurrent.futures.Executor) -> Worker:
+    """One activity at a time: captures of one store never race each other (INTAKE-15)."""
+    return Worker(
+        client,
+        task_queue=ctx.task_queue,
+        workflows=[CaptureWorkflow, IntakeSweepWorkflow],
+        activities=store_activities(ctx),
+        activity_executor=executor,
+        max_concurrent_activities=1,
+        graceful_shutdown_timeout=timedelta(seconds=SHUTDOWN_DRAIN_SECONDS),
+    )
+
+
+async def ensure_sweep_schedule(client: Client, ctx: StoreContext) -> bool:
+    """Create the per-store sweep schedule once. True when created now, False when it existed."""
+    try:
+        await client.create_schedule(
+            schedule_id(ctx.store_id),
+            Schedule(
+                action=ScheduleActionStartWorkflow(
+                    SWEEP_WORKFLOW,
+                    SweepInput(store_id=ctx.store_id),
+                    id=f"tempomem-sweep-run-{ctx.store_id}",
+                    task_queue=ctx.task_queue,
+                ),
+                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=SWEEP_EVERY)]),
+                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+            ),
+        )
+    except ScheduleAlreadyRunningError:
+        return False
+    return True
+
+
+async def run_worker(
+    client: Client, ctx: StoreContext, *, stop: asyncio.Event, schedule: bool = True
+) -> SweepResult:
+    """Run until ``stop`` is set; shutdown drains for up to 10 s (INTAKE-16). Returns the start sweep."""
+    ctx.client = client
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tempomem-act") as executor:
+        worker = build_worker(client, ctx, executor=executor)
+        async with worker:
+            swept = await sweep_store(ctx)
+            log.info("start sweep: %d due, %d started", swept.due, swept.started)
+            if schedule:
+                await ensure_sweep_schedule(client, ctx)
+            await stop.wait()
+    return swept

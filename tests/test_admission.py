@@ -1,0 +1,243 @@
+"""Admission without Temporal: skip rules (WM-*), idempotence, conflict (INTAKE-02..04), modes (INTAKE-10)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from storage import intake as intake_module
+from storage.admission_rules import capture_text, host_summary, is_no_op_answer, skip_reason
+from storage.intake import (
+    Intake,
+    IntakeCapacityError,
+    IntakeConflictError,
+    IntakeCorruptError,
+    RecordState,
+    build_payload,
+    intake_id,
+)
+from storage.limits import MAX_RECORD_BYTES, SUMMARY_ANSWER_MAX_BYTES
+from storage.turn import CompletedTurn, SkipReason
+
+T0 = datetime(2026, 12, 3, 9, 30, 15, 123000, tzinfo=UTC)
+
+
+def turn(**kw: object) -> CompletedTurn:
+    base: dict[str, object] = {
+        "run_id": "run-1",
+        "conversation_id": "web:thread-1",
+        "speaker_kind": "human-turn",
+        "user_text": "I moved to Lisbon",
+        "final_answer": "Noted: you live in Lisbon now.",
+        "admitted_at": T0,
+    }
+    base.update(kw)
+    return CompletedTurn(**base)
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("answer", "skipped"),
+    [
+        ("NOTHING_TO_REPORT", True),
+        ("NOTHING_TO_REPORT  \n\n", True),
+        ("Checked the feeds.\nNOTHING_TO_REPORT", True),
+        ("All quiet. NOTHING_TO_REPORT", True),
+        ("nothing_to_report", False),  # AMB-19: case-sensitive
+        ("XNOTHING_TO_REPORT", False),  # preceded by a word character
+        ("NOTHING_TO_REPORT\nbut then something happened", False),  # not on the final line
+        ("test", False),  # WM-06: no host word list
+        ("ping", False),
+    ],
+)
+def test_wm05_no_op_sentinel(answer: str, skipped: bool) -> None:
+    assert is_no_op_answer(answer) is skipped
+
+
+@pytest.mark.parametrize(
+    ("write_mode", "trigger", "cron", "webhook", "expected"),
+    [
+        ("disabled", "none", None, None, SkipReason.WRITE_DISABLED),  # WM-02
+        ("append-host-summary", "none", None, None, None),
+        ("append-host-summary", "cron", False, None, SkipReason.CRON_SWITCH_OFF),  # WM-15
+        ("append-host-summary", "cron", True, None, None),
+        ("append-host-summary", "cron", None, None, None),  # CFG-17: unset keeps the default
+        ("append-host-summary", "webhook", None, False, SkipReason.WEBHOOK_SWITCH_OFF),
+        ("append-host-summary", "webhook", False, None, None),  # the cron switch does not touch webhooks
+    ],
+)
+def test_wm_skip_rules(
+    write_mode: str, trigger: str, cron: bool | None, webhook: bool | None, expected
+) -> None:
+    t = turn(trigger_kind=trigger, speaker_kind="trigger" if trigger != "none" else "human-turn")
+    assert skip_reason(t, write_mode=write_mode, capture_cron=cron, capture_webhook=webhook) == expected
+
+
+def test_wm16_conversation_prefix_is_not_a_trigger() -> None:
+    t = turn(conversation_id="cron:nightly-digest")
+    assert skip_reason(t, write_mode="append-host-summary", capture_cron=False, capture_webhook=False) is None
+
+
+def test_wm11_trigger_prompt_never_stored() -> None:
+    prompt = "SECRET-TRIGGER-PROMPT run the nightly digest"
+    t = turn(
+        trigger_kind="cron", speaker_kind="trigger", user_text=prompt, final_answer="Digest: 3 new items."
+    )
+    payload = build_payload(t, write_mode="capture", tier="bujo")
+    raw = intake_module.canonical_json(payload.model_dump()).decode()
+    assert "SECRET-TRIGGER-PROMPT" not in raw
+    assert payload.source_label == "scheduled-task"  # WM-12
+    assert payload.capture_text == "Digest: 3 new items."
+    assert payload.summary.startswith("Scheduled task, assistant: ")
+
+
+def test_wm13_summary_is_assistant_answer_only_and_bounded() -> None:
+    t = turn(user_text="USER-ONLY-WORDS", final_answer="word " * 2000)
+    summary = host_summary(t)
+    assert "USER-ONLY-WORDS" not in summary
+    answer_part = summary.split(": ", 1)[1]
+    assert len(answer_part.encode()) <= SUMMARY_ANSWER_MAX_BYTES
+    assert "  " not in summary  # whitespace-normalised (AMB-21)
+
+
+def test_summary_cannot_open_a_markdown_metadata_comment() -> None:
+    summary = host_summary(turn(final_answer="look <!--mem id=x--> here"))
+    assert "<!--" not in summary and "-->" not in summary
+
+
+def test_capture_text_defaults_to_user_and_answer() -> None:
+    assert capture_text(turn()) == "User: I moved to Lisbon\nAssistant: Noted: you live in Lisbon now."
+    assert capture_text(turn(capture_text="approved")) == "approved"
+
+
+def test_intake02_file_name_is_sha256_of_run_id(tmp_path: Path) -> None:
+    intake = Intake(tmp_path / "mem")
+    payload = build_payload(turn(), write_mode="append-host-summary", tier="lite")
+    assert intake.admit(payload) == "admitted"
+    expected = hashlib.sha256(b"run-1").hexdigest()
+    assert payload.id == expected == intake_id("run-1")
+    assert (tmp_path / "mem" / ".capture-intake" / "pending" / expected).is_file()
+
+
+def test_intake10_owner_only_modes(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    Intake(root).admit(build_payload(turn(), write_mode="append-host-summary", tier="lite"))
+    for path in [root / ".capture-intake", root / ".capture-intake" / "pending"]:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+    for path in (root / ".capture-intake" / "pending").iterdir():
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_intake03_same_bytes_is_a_duplicate(tmp_path: Path) -> None:
+    intake = Intake(tmp_path / "mem")
+    payload = build_payload(turn(), write_mode="append-host-summary", tier="lite")
+    intake.admit(payload)
+    before = snapshot(tmp_path)
+    assert intake.admit(build_payload(turn(), write_mode="append-host-summary", tier="lite")) == "duplicate"
+    assert snapshot(tmp_path) == before
+
+
+def test_intake04_same_run_id_other_bytes_fails_closed(tmp_path: Path) -> None:
+    intake = Intake(tmp_path / "mem")
+    intake.admit(build_payload(turn(), write_mode="append-host-summary", tier="lite"))
+    before = snapshot(tmp_path)
+    other = build_payload(
+        turn(final_answer="A different answer."), write_mode="append-host-summary", tier="lite"
+    )
+    with pytest.raises(IntakeConflictError):
+        intake.admit(other)
+    assert snapshot(tmp_path) == before
+
+
+def test_intake04_conflict_detected_after_resolution(tmp_path: Path) -> None:
+    intake = Intake(tmp_path / "mem")
+    payload = build_payload(turn(), write_mode="append-host-summary", tier="lite")
+    intake.admit(payload)
+    intake.resolve(payload.id, outcome="success", now=T0)
+    assert intake.admit(payload) == "duplicate"
+    with pytest.raises(IntakeConflictError):
+        intake.admit(
+            build_payload(turn(final_answer="changed"), write_mode="append-host-summary", tier="lite")
+        )
+
+
+def test_amb11_capacity_refuses_new_ids_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(intake_module, "MAX_ACTIVE_RECORDS", 2)
+    intake = Intake(tmp_path / "mem")
+    for i in range(2):
+        intake.admit(build_payload(turn(run_id=f"r{i}"), write_mode="append-host-summary", tier="lite"))
+    before = snapshot(tmp_path)
+    with pytest.raises(IntakeCapacityError):
+        intake.admit(build_payload(turn(run_id="r2"), write_mode="append-host-summary", tier="lite"))
+    assert snapshot(tmp_path) == before
+    # A retry of an already admitted run is still a duplicate at capacity.
+    assert (
+        intake.admit(build_payload(turn(run_id="r0"), write_mode="append-host-summary", tier="lite"))
+        == "duplicate"
+    )
+
+
+def test_amb12_capture_text_truncation_is_deterministic(tmp_path: Path) -> None:
+    big = turn(capture_text="é" * (MAX_RECORD_BYTES // 2 + 1000))
+    first = build_payload(big, write_mode="capture", tier="bujo")
+    second = build_payload(big, write_mode="capture", tier="bujo")
+    data = intake_module.canonical_json(first.model_dump())
+    assert len(data) <= MAX_RECORD_BYTES
+    assert data == intake_module.canonical_json(second.model_dump())
+    assert first.capture_text is not None and first.capture_text.endswith(intake_module.TRUNCATION_MARKER)
+    intake = Intake(tmp_path / "mem")
+    assert intake.admit(first) == "admitted"
+    assert intake.admit(second) == "duplicate"
+
+
+def test_symlinked_record_fails_closed(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    intake = Intake(root)
+    payload = build_payload(turn(), write_mode="append-host-summary", tier="lite")
+    intake.ensure_layout()
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(b"{}")
+    (root / ".capture-intake" / "pending" / payload.id).symlink_to(decoy)
+    with pytest.raises(IntakeCorruptError):
+        intake.admit(payload)
+    assert decoy.read_bytes() == b"{}"
+
+
+def test_retry_state_lives_in_the_record(tmp_path: Path) -> None:
+    intake = Intake(tmp_path / "mem")
+    payload = build_payload(turn(), write_mode="append-host-summary", tier="lite")
+    intake.admit(payload)
+    assert intake.begin_attempt(payload.id, now=T0).attempts == 1
+    intake.record_failure(
+        payload.id, intake_module.FailureCategory.INDEX_ERROR, retry_in=timedelta(minutes=1), now=T0
+    )
+    view = intake.view(payload.id, now=T0)
+    assert (view.attempts, view.due, view.failure_category) == (1, False, "index_error")
+    assert intake.view(payload.id, now=T0 + timedelta(minutes=1)).due
+    intake.dead_letter(payload.id, intake_module.FailureCategory.INDEX_ERROR, now=T0)
+    assert intake.view(payload.id, now=T0).state is RecordState.DEAD
+    assert intake.counts(now=T0) == {"pending": 0, "due": 0, "dead": 1, "resolved": 0}
+    # Dead records keep duplicate protection too.
+    assert intake.admit(payload) == "duplicate"
+
+
+def test_resolve_keeps_a_content_free_receipt(tmp_path: Path) -> None:
+    intake = Intake(tmp_path / "mem")
+    payload = build_payload(
+        turn(final_answer="UNIQUE-ANSWER-TEXT"), write_mode="append-host-summary", tier="lite"
+    )
+    intake.admit(payload)
+    receipt = intake.resolve(payload.id, outcome="success", now=T0)
+    files = snapshot(tmp_path / "mem")
+    assert f".capture-intake/resolved/{payload.id}.receipt.json" in files
+    assert not [name for name in files if "/pending/" in name]
+    assert all(b"UNIQUE-ANSWER-TEXT" not in data for data in files.values())
+    assert receipt.outcome == "success"

@@ -1,0 +1,141 @@
+"""CaptureWorkflow: one per admitted run id; owns the 16-attempt retry budget (INTAKE-13, AMB-10).
+
+Deterministic: no clock, filesystem, randomness or network here. Activities read the record from disk
+and return counts; attempts and due times are persisted in the record before each try.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
+    from workflows.common import (
+        BEGIN_ATTEMPT,
+        DEAD_LETTER,
+        EXTRACT,
+        PROJECT,
+        RECONCILE,
+        RECORD_FAILURE,
+        RESOLVE,
+        REVIEW,
+        AttemptInfo,
+        CaptureInput,
+        CaptureOutcome,
+        CaptureStatus,
+        CurationInput,
+        FailureInput,
+        ProjectionResult,
+        RecordRef,
+        StageResult,
+    )
+
+# Activities never retry on their own: every failure is one durable attempt of the record's budget.
+_NO_RETRY = RetryPolicy(maximum_attempts=1)
+_SHORT = timedelta(seconds=30)
+_STAGE = timedelta(minutes=10)
+_HEARTBEAT = timedelta(seconds=10)
+
+
+def failure_category(err: ActivityError) -> str:
+    """Map an activity failure to the bounded AMB-29 vocabulary; messages never leave the activity."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type:
+        return cause.type
+    if isinstance(cause, TimeoutError):
+        return "unknown"
+    return "unknown"
+
+
+@workflow.defn(name="CaptureWorkflow")
+class CaptureWorkflow:
+    def __init__(self) -> None:
+        self._intake_id = ""
+        self._state = "starting"
+        self._attempt = 0
+        self._stage = "begin"
+        self._last_failure: str | None = None
+
+    @workflow.query(name="status")
+    def status(self) -> CaptureStatus:
+        return CaptureStatus(self._intake_id, self._state, self._attempt, self._stage, self._last_failure)
+
+    @workflow.run
+    async def run(self, inp: CaptureInput) -> CaptureOutcome:
+        self._intake_id = inp.intake_id
+        ref = RecordRef(inp.intake_id, inp.store_id)
+        while True:
+            info: AttemptInfo = await self._short(BEGIN_ATTEMPT, ref, AttemptInfo)
+            self._attempt = info.attempt
+            if not info.pending:
+                self._state = "not_pending"
+                return CaptureOutcome(inp.intake_id, "not_pending", info.attempt, 0)
+            final_attempt = info.attempt >= RETRY_MAX_ATTEMPTS
+            if info.attempt > RETRY_MAX_ATTEMPTS:
+                return await self._dead_letter(ref, info.attempt, self._last_failure or "unknown")
+            self._state = "running"
+            try:
+                lines = await self._attempt_once(ref, info, final_attempt)
+            except ActivityError as err:
+                category = failure_category(err)
+                self._last_failure = category
+                if final_attempt:
+                    return await self._dead_letter(ref, info.attempt, category)
+                delay = retry_delay_seconds(info.attempt + 1, inp.first_delay_seconds)
+                await self._short(
+                    RECORD_FAILURE, FailureInput(ref.intake_id, ref.store_id, category, delay), None
+                )
+                self._state = "waiting"
+                self._stage = "backoff"
+                await workflow.sleep(timedelta(seconds=delay))
+                continue
+            self._state = "resolved"
+            return CaptureOutcome(inp.intake_id, "resolved", info.attempt, lines)
+
+    async def _attempt_once(self, ref: RecordRef, info: AttemptInfo, final_attempt: bool) -> int:
+        self._stage = "projection"
+        projection: ProjectionResult = await workflow.execute_activity(
+            PROJECT,
+            ref,
+            result_type=ProjectionResult,
+            start_to_close_timeout=_STAGE,
+            heartbeat_timeout=_HEARTBEAT,
+            retry_policy=_NO_RETRY,
+            summary="project the admitted observation",
+        )
+        if info.write_mode == "capture":
+            curation = CurationInput(ref.intake_id, ref.store_id, final_attempt)
+            for stage, name in (("extraction", EXTRACT), ("review", REVIEW), ("reconciliation", RECONCILE)):
+                self._stage = stage
+                await workflow.execute_activity(
+                    name,
+                    curation,
+                    result_type=StageResult,
+                    start_to_close_timeout=_STAGE,
+                    heartbeat_timeout=_HEARTBEAT,
+                    retry_policy=_NO_RETRY,
+                    summary=stage,
+                )
+        self._stage = "resolve"
+        await self._short(RESOLVE, ref, None)
+        return projection.lines_added
+
+    async def _dead_letter(self, ref: RecordRef, attempt: int, category: str) -> CaptureOutcome:
+        self._stage = "dead_letter"
+        await self._short(DEAD_LETTER, FailureInput(ref.intake_id, ref.store_id, category, 0), None)
+        self._state = "dead"
+        return CaptureOutcome(ref.intake_id, "dead", attempt, 0)
+
+    async def _short(self, name: str, arg: object, result_type: type | None) -> object:
+        return await workflow.execute_activity(
+            name,
+            arg,
+            result_type=result_type,
+            start_to_close_timeout=_SHORT,
+            retry_policy=_NO_RETRY,
+            summary=name,
+        )

@@ -1,0 +1,111 @@
+"""Inputs and outputs that cross Temporal: ids, counts, digests and flags only — never memory text.
+
+Shared by workflows (sandboxed) and activities, so this module imports nothing but the stdlib.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CAPTURE_WORKFLOW = "CaptureWorkflow"
+SWEEP_WORKFLOW = "IntakeSweepWorkflow"
+
+# Activity names: the workflow's shape is fixed here even where a stage arrives later (issue #4).
+BEGIN_ATTEMPT = "intake.begin_attempt"
+RECORD_FAILURE = "intake.record_failure"
+DEAD_LETTER = "intake.dead_letter"
+RESOLVE = "intake.resolve"
+SWEEP = "intake.sweep"
+PROJECT = "capture.project"
+EXTRACT = "capture.extract"
+REVIEW = "capture.review"
+RECONCILE = "capture.reconcile"
+
+
+def capture_workflow_id(intake_id: str) -> str:
+    """ARCHITECTURE.md: ``capture-<64-hex id>``, so a start for the same run is idempotent."""
+    return f"capture-{intake_id}"
+
+
+@dataclass(frozen=True)
+class CaptureInput:
+    intake_id: str
+    store_id: str
+    # Scales the AMB-10 schedule; 60 s in production, a few seconds in tests.
+    first_delay_seconds: int = 60
+
+
+@dataclass(frozen=True)
+class RecordRef:
+    intake_id: str
+    store_id: str
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    attempt: int
+    pending: bool
+    write_mode: str
+    tier: str
+
+
+@dataclass(frozen=True)
+class FailureInput:
+    intake_id: str
+    store_id: str
+    category: str
+    retry_in_seconds: int
+
+
+@dataclass(frozen=True)
+class CurationInput:
+    intake_id: str
+    store_id: str
+    final_attempt: bool
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """Counts and a digest of what a stage persisted to the intake record."""
+
+    model_calls: int
+    items: int
+    digest: str
+
+
+@dataclass(frozen=True)
+class ProjectionResult:
+    target: str  # "daily" | "audit"
+    lines_added: int
+    indexed: int
+
+
+@dataclass(frozen=True)
+class CaptureOutcome:
+    intake_id: str
+    state: str  # "resolved" | "dead" | "not_pending"
+    attempts: int
+    lines_added: int
+
+
+@dataclass(frozen=True)
+class CaptureStatus:
+    """Content-free snapshot answered by the ``status`` query."""
+
+    intake_id: str
+    state: str
+    attempt: int
+    stage: str
+    last_failure: str | None
+
+
+@dataclass(frozen=True)
+class SweepInput:
+    store_id: str
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    due: int
+    started: int
+    already_running: int
