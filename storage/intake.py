@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -169,7 +170,7 @@ def canonical_json(value: object) -> bytes:
 
 
 def _check_id(record_id: str) -> str:
-    if len(record_id) != RUN_ID_HASH_HEX_LEN or any(c not in "0123456789abcdef" for c in record_id):
+    if not _is_record_name(record_id):
         raise UnknownRecordError(f"not a 64-character lowercase hex intake id: {record_id[:80]!r}")
     return record_id
 
@@ -251,7 +252,7 @@ class Intake:
                 raise IntakeConflictError(
                     f"run id of intake record {record_id} was admitted before with different payload bytes"
                 )
-            if self._active_count() >= MAX_ACTIVE_RECORDS:
+            if self._at_capacity():
                 raise IntakeCapacityError(f"{MAX_ACTIVE_RECORDS} active intake records; admission refused")
             atomic_write(self.pending_dir / record_id, data)
         return "admitted"
@@ -266,8 +267,12 @@ class Intake:
             return self._load_receipt(record_id).payload_sha256
         return None
 
-    def _active_count(self) -> int:
-        return sum(1 for d in (self.pending_dir, self.dead_dir) for n in os.listdir(d) if _is_record_name(n))
+    def _at_capacity(self) -> bool:
+        listings = [os.listdir(d) for d in (self.pending_dir, self.dead_dir)]
+        # Raw entries bound the record count from above; filter names only when it could matter.
+        if sum(len(names) for names in listings) < MAX_ACTIVE_RECORDS:
+            return False
+        return sum(1 for names in listings for n in names if _is_record_name(n)) >= MAX_ACTIVE_RECORDS
 
     def _read(self, path: Path) -> bytes:
         try:
@@ -459,8 +464,11 @@ class Intake:
         atomic_write(self._state_path(folder, record_id), canonical_json(proc.model_dump(mode="json")))
 
 
+_RECORD_NAME = re.compile(f"[0-9a-f]{{{RUN_ID_HASH_HEX_LEN}}}")
+
+
 def _is_record_name(name: str) -> bool:
-    return len(name) == RUN_ID_HASH_HEX_LEN and all(c in "0123456789abcdef" for c in name)
+    return _RECORD_NAME.fullmatch(name) is not None
 
 
 def _unlink_quiet(path: Path) -> None:

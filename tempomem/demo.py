@@ -1,0 +1,93 @@
+"""``tempomem demo``: admit a bundled conversation, let the worker curate it, recall from it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+from temporalio.client import Client
+
+from storage.turn import AdmissionStatus, CompletedTurn
+from tempomem.store import MemoryStore
+from tempomem.worker import run_worker
+from workflows.common import capture_workflow_id
+
+
+class DemoTurn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    speaker_kind: str = "unknown"
+    trigger_kind: str = "none"
+    user_text: str = ""
+    final_answer: str
+    admitted_at: datetime
+
+
+class DemoConversation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_id: str
+    turns: list[DemoTurn]
+    queries: list[str]
+
+
+def load_demo() -> DemoConversation:
+    text = resources.files("tempomem").joinpath("data/demo_conversation.json").read_text("utf-8")
+    return DemoConversation.model_validate_json(text)
+
+
+async def run_demo(store: MemoryStore, client: Client, *, ui_url: str, namespace: str, out: list[str]) -> int:
+    """Returns the number of turns whose workflow finished; lines to print go to ``out``."""
+    demo = load_demo()
+    stop = asyncio.Event()
+    worker = asyncio.create_task(run_worker(client, store.worker_context(client), stop=stop))
+    finished = 0
+    try:
+        ids: list[str] = []
+        for t in demo.turns:
+            result = await store.persist_completed_turn(
+                CompletedTurn.model_validate(
+                    {**t.model_dump(), "conversation_id": demo.conversation_id}, strict=False
+                )
+            )
+            label = result.skip_reason.value if result.skip_reason else result.status.value
+            out.append(
+                f"  {t.run_id}: {label}"
+                + (f" (intake id {result.intake_id[:12]}…)" if result.intake_id else "")
+            )
+            if result.status in (AdmissionStatus.ADMITTED, AdmissionStatus.DUPLICATE) and result.intake_id:
+                ids.append(result.intake_id)
+        for intake_id in ids:
+            handle = client.get_workflow_handle(capture_workflow_id(intake_id))
+            try:
+                outcome = await asyncio.wait_for(handle.result(), timeout=120)
+            except Exception as exc:  # e.g. a duplicate whose workflow history lives on another server
+                out.append(f"  capture-{intake_id[:12]}…: no finished workflow here ({type(exc).__name__})")
+                continue
+            finished += 1
+            out.append(
+                f"  capture-{intake_id[:12]}…: {outcome['state'] if isinstance(outcome, dict) else outcome}"
+            )
+        for query in demo.queries:
+            hits = await asyncio.to_thread(store.search, query, limit=2)
+            out.append(f'\nrecall "{query}"')
+            out.extend(f"  {h.score:.3f}  [{h.day}]  {h.text}" for h in hits)
+        out.append("\nEach turn's workflow in the Temporal Web UI:")
+        out.extend(f"  {ui_url}/namespaces/{namespace}/workflows/{capture_workflow_id(i)}" for i in ids)
+    finally:
+        stop.set()
+        await worker
+    return finished
+
+
+def memory_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in (root / "daily").glob("*.md"))
+
+
+def dump_json(value: object) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)

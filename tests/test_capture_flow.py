@@ -1,0 +1,221 @@
+"""End to end on a real Temporal dev server: admit → CaptureWorkflow → Markdown → index → recall.
+
+Covers INTAKE-01/03/06/12, TIER-01/03/06/07/10, PROV-05 and the ARCHITECTURE rule that memory text never
+enters Temporal history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from storage.intake import RecordState
+from storage.markdown import iter_bullets
+from storage.turn import AdmissionStatus, CompletedTurn
+from tempomem.store import START_TIMEOUT_SECONDS
+from tests.conftest import make_store, running_worker
+from workflows.common import CaptureOutcome, capture_workflow_id
+
+T0 = datetime(2026, 12, 3, 9, 30, 15, 123000, tzinfo=UTC)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def turn(run_id: str, answer: str, **kw: object) -> CompletedTurn:
+    return CompletedTurn(
+        run_id=run_id,
+        conversation_id=str(kw.pop("conversation_id", "web:thread-7")),
+        speaker_kind="human-turn",
+        user_text=str(kw.pop("user_text", "tell me")),
+        final_answer=answer,
+        admitted_at=kw.pop("admitted_at", T0),  # type: ignore[arg-type]
+    )
+
+
+async def outcome_of(client: Client, intake_id: str, timeout: float = 60) -> CaptureOutcome:
+    """The workflow's result; waits for it to exist first (the sweeper may not have started it yet)."""
+    handle = client.get_workflow_handle(capture_workflow_id(intake_id), result_type=CaptureOutcome)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await handle.describe()
+            break
+        except RPCError as exc:
+            if exc.status is not RPCStatusCode.NOT_FOUND or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+    return await asyncio.wait_for(handle.result(), max(1.0, deadline - time.monotonic()))
+
+
+async def wait_until(predicate, timeout: float = 60, step: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(step)
+
+
+async def test_lite_turn_is_projected_indexed_and_resolved(client: Client, tmp_path: Path) -> None:
+    store = make_store(tmp_path / "mem", client, mode="lite")
+    result = await store.persist_completed_turn(
+        turn("lite-1", "Your dentist appointment is on Friday at 3pm.")
+    )
+    assert result.status is AdmissionStatus.ADMITTED and result.workflow_started
+    async with running_worker(client, store):
+        outcome = await outcome_of(client, result.intake_id)
+    assert (outcome.state, outcome.attempts, outcome.lines_added) == ("resolved", 1, 1)
+    bullets = list(iter_bullets(store.root, "daily"))
+    assert len(bullets) == 1
+    day, bullet = bullets[0]
+    assert day == "2026-12-03" and bullet.recorded == "2026-12-03T09:30:15.123Z"
+    assert bullet.source_session == "web:thread-7"  # PROV-05
+    assert bullet.text == "Assistant: Your dentist appointment is on Friday at 3pm."
+    hits = store.search("dentist appointment")
+    assert [h.id for h in hits][:1] == [bullet.id]
+    assert store.intake.view(result.intake_id, now=T0).state is RecordState.RESOLVED
+
+
+async def test_history_contains_no_memory_text(client: Client, tmp_path: Path) -> None:
+    secret_answer = "Zanzibar-Quokka-7731 is the codename of your garden project."
+    secret_user = "Whisper-Marmot-5519"
+    store = make_store(tmp_path / "mem", client, mode="journal")
+    result = await store.persist_completed_turn(turn("hist-1", secret_answer, user_text=secret_user))
+    async with running_worker(client, store):
+        assert (await outcome_of(client, result.intake_id)).state == "resolved"
+    history = await client.get_workflow_handle(capture_workflow_id(result.intake_id)).fetch_history()
+    raw = json.dumps(history.to_json_dict())
+    decoded = [base64.b64decode(d).decode("utf-8", "replace") for d in _payload_data(history.to_json_dict())]
+    assert decoded, "the history must carry payloads for this check to mean anything"
+    assert any(result.intake_id in d for d in decoded)  # the id is there, proving payloads were decoded
+    for needle in ("Zanzibar", "Quokka", "Marmot", "garden project", "web:thread-7"):
+        assert needle not in raw
+        assert all(needle not in d for d in decoded)
+    # And the recall side did get it: the text lives on disk only.
+    assert store.search("garden project codename")[0].text.endswith(secret_answer)
+
+
+def _payload_data(node: object) -> list[str]:
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "data" and isinstance(value, str):
+                found.append(value)
+            else:
+                found.extend(_payload_data(value))
+    elif isinstance(node, list):
+        for item in node:
+            found.extend(_payload_data(item))
+    return found
+
+
+async def test_temporal_unreachable_at_admission_then_swept(client: Client, tmp_path: Path) -> None:
+    # Port 1 on loopback: nothing listens there, so the start attempt fails.
+    offline = make_store(tmp_path / "mem", None, mode="lite", address="127.0.0.1:1")
+    started = time.monotonic()
+    result = await offline.persist_completed_turn(turn("offline-1", "The boiler was serviced on 2026-11-20."))
+    elapsed = time.monotonic() - started
+    assert result.status is AdmissionStatus.ADMITTED and not result.workflow_started
+    assert result.warning and "pending" in result.warning
+    assert elapsed < START_TIMEOUT_SECONDS + 1.0  # INTAKE-06: bounded
+    assert offline.intake.view(result.intake_id, now=T0).state is RecordState.PENDING
+    # The worker's start sweep finds the pending record and starts its workflow.
+    online = make_store(tmp_path / "mem", client, mode="lite")
+    async with running_worker(client, online):
+        outcome = await outcome_of(client, result.intake_id)
+    assert outcome.state == "resolved"
+    assert [b.text for _, b in iter_bullets(online.root)] == [
+        "Assistant: The boiler was serviced on 2026-11-20."
+    ]
+
+
+async def test_duplicate_admission_after_resolution_adds_nothing(client: Client, tmp_path: Path) -> None:
+    store = make_store(tmp_path / "mem", client, mode="lite")
+    t = turn("dup-1", "Your passport expires in June 2028.")
+    first = await store.persist_completed_turn(t)
+    async with running_worker(client, store):
+        await outcome_of(client, first.intake_id)
+        second = await store.persist_completed_turn(t)
+    assert second.status is AdmissionStatus.DUPLICATE and not second.workflow_started
+    assert len(list(iter_bullets(store.root))) == 1
+
+
+async def test_journal_repeated_content_converges_on_one_identity(client: Client, tmp_path: Path) -> None:
+    store = make_store(tmp_path / "mem", client, mode="journal")
+    a = await store.persist_completed_turn(turn("j-1", "Your  Wi-Fi password hint is the cat's name."))
+    b = await store.persist_completed_turn(turn("j-2", "Your Wi-Fi password hint is the cat's name."))
+    assert a.intake_id != b.intake_id
+    async with running_worker(client, store):
+        assert (await outcome_of(client, a.intake_id)).state == "resolved"
+        assert (await outcome_of(client, b.intake_id)).state == "resolved"
+    bullets = [bl for _, bl in iter_bullets(store.root)]
+    assert len(bullets) == 1 and bullets[0].id.startswith("j-")  # TIER-03, TIER-06
+    assert store.search("wifi password hint")[0].id == bullets[0].id
+
+
+async def test_bujo_host_summary_goes_to_audit_only(client: Client, tmp_path: Path) -> None:
+    store = make_store(tmp_path / "mem", client, mode="bujo")
+    result = await store.persist_completed_turn(turn("b-1", "The quarterly report is due on the 15th."))
+    async with running_worker(client, store):
+        outcome = await outcome_of(client, result.intake_id)
+    assert outcome.state == "resolved"
+    assert list(iter_bullets(store.root, "daily")) == []  # TIER-07, TIER-08
+    audit = list(iter_bullets(store.root, "audit"))
+    assert [b.text for _, b in audit] == ["Assistant: The quarterly report is due on the 15th."]
+    assert store.search("quarterly report") == []  # audit lines are never indexed
+
+
+async def test_skipped_turn_writes_nothing(client: Client, tmp_path: Path) -> None:
+    store = make_store(tmp_path / "mem", client, mode="lite")
+    result = await store.persist_completed_turn(turn("s-1", "All quiet.\nNOTHING_TO_REPORT"))
+    assert result.status is AdmissionStatus.SKIPPED and result.intake_id is None
+    assert not (store.root / ".capture-intake").exists() or not any(
+        (store.root / ".capture-intake" / "pending").iterdir()
+    )
+
+
+async def test_worker_killed_mid_projection_recovers_exactly_once(client: Client, tmp_path: Path) -> None:
+    store = make_store(tmp_path / "mem", client, mode="lite")
+    entered = tmp_path / "entered"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    address = client.service_client.config.target_host
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.helpers.slow_worker",
+            str(store.root),
+            address,
+            store.task_queue,
+            str(entered),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"READY"
+        result = await store.persist_completed_turn(
+            turn("kill-1", "Your bike lock code is stored in the safe.")
+        )
+        await wait_until(entered.exists)
+        assert store.intake.view(result.intake_id, now=T0).attempts == 1
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert list(iter_bullets(store.root)) == []  # killed before any write
+    async with running_worker(client, store):
+        outcome = await outcome_of(client, result.intake_id, timeout=90)
+    # Attempt 1 died with the worker (heartbeat timeout), attempt 2 ran on the new worker.
+    assert (outcome.state, outcome.attempts) == ("resolved", 2)
+    assert len(list(iter_bullets(store.root))) == 1
