@@ -55,6 +55,4 @@ class ProjectionActivities:
 def _failure(category: FailureCategory, exc: BaseException) -> ApplicationError:
     """A content-free failure: the category and the exception type, never its message (may hold text)."""
     activity.logger.warning("projection failed: %s (%s)", category.value, type(exc).__name__)
-    return ApplicationError(
-        f"{category.value}: {type(exc).__name__}", type=category.value, non_retryable=True
-    )
+    return ApplicationError(type(exc).__name__, type=category.value, non_retryable=True)

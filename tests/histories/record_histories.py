@@ -1,0 +1,63 @@
+"""Record the CaptureWorkflow histories that ``tests/test_replay.py`` replays.
+
+Run after a deliberate, versioned workflow change (with ``workflow.patched``), never to paper over a
+replay failure:  python -m tests.histories.record_histories
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio.testing import WorkflowEnvironment
+
+from storage.turn import CompletedTurn
+from tempomem.devserver import temporal_cli
+from tests.conftest import make_store, running_worker
+from workflows.common import CaptureOutcome, capture_workflow_id
+
+HERE = Path(__file__).parent
+T0 = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
+
+
+async def record(env: WorkflowEnvironment, name: str, *, fail_first: bool) -> None:
+    client = env.client
+    with tempfile.TemporaryDirectory() as tmp:
+        store = make_store(Path(tmp) / "mem", client, mode="lite")
+        if fail_first:
+            # A file where the daily/ folder belongs: projection fails with storage_error until removed.
+            store.root.mkdir(parents=True)
+            (store.root / "daily").write_text("")
+        turn = CompletedTurn(
+            run_id=f"history-{name}",
+            conversation_id="history:conv",
+            final_answer="Recorded for replay tests.",
+            admitted_at=T0,
+        )
+        result = await store.persist_completed_turn(turn)
+        handle = client.get_workflow_handle(capture_workflow_id(result.intake_id), result_type=CaptureOutcome)
+        async with running_worker(client, store):
+            if fail_first:
+                while store.intake.view(result.intake_id, now=T0).failure_category is None:
+                    await asyncio.sleep(0.1)
+                (store.root / "daily").unlink()
+            outcome = await handle.result()
+        history = await handle.fetch_history()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    print(f"{name}: {outcome}")
+
+
+async def main() -> None:
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(temporal_cli()))
+    try:
+        await record(env, "capture_lite_resolved", fail_first=False)
+        await record(env, "capture_lite_retry_then_resolved", fail_first=True)
+    finally:
+        await env.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
