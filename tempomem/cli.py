@@ -62,7 +62,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"query": args.query, "hits": [h.model_dump(mode="json") for h in hits]},
+                {
+                    "query": args.query,
+                    "hits": [h.model_dump(mode="json", exclude={"source_session"}) for h in hits],
+                },
                 indent=2,
                 ensure_ascii=False,
             )

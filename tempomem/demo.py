@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import datetime
 from importlib import resources
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 from temporalio.client import Client
@@ -14,7 +12,7 @@ from temporalio.client import Client
 from storage.turn import AdmissionStatus, CompletedTurn
 from tempomem.store import MemoryStore
 from tempomem.worker import run_worker
-from workflows.common import capture_workflow_id
+from workflows.common import CaptureOutcome, capture_workflow_id
 
 
 class DemoTurn(BaseModel):
@@ -63,18 +61,16 @@ async def run_demo(store: MemoryStore, client: Client, *, ui_url: str, namespace
             if result.status in (AdmissionStatus.ADMITTED, AdmissionStatus.DUPLICATE) and result.intake_id:
                 ids.append(result.intake_id)
         for intake_id in ids:
-            handle = client.get_workflow_handle(capture_workflow_id(intake_id))
+            handle = client.get_workflow_handle(capture_workflow_id(intake_id), result_type=CaptureOutcome)
             try:
                 outcome = await asyncio.wait_for(handle.result(), timeout=120)
             except Exception as exc:  # e.g. a duplicate whose workflow history lives on another server
                 out.append(f"  capture-{intake_id[:12]}…: no finished workflow here ({type(exc).__name__})")
                 continue
             finished += 1
-            out.append(
-                f"  capture-{intake_id[:12]}…: {outcome['state'] if isinstance(outcome, dict) else outcome}"
-            )
+            out.append(f"  capture-{intake_id[:12]}…: {outcome.state} after {outcome.attempts} attempt(s)")
         for query in demo.queries:
-            hits = await asyncio.to_thread(store.search, query, limit=2)
+            hits = await asyncio.to_thread(store.search, query, limit=1)
             out.append(f'\nrecall "{query}"')
             out.extend(f"  {h.score:.3f}  [{h.day}]  {h.text}" for h in hits)
         out.append("\nEach turn's workflow in the Temporal Web UI:")
@@ -83,11 +79,3 @@ async def run_demo(store: MemoryStore, client: Client, *, ui_url: str, namespace
         stop.set()
         await worker
     return finished
-
-
-def memory_files(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in (root / "daily").glob("*.md"))
-
-
-def dump_json(value: object) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False)

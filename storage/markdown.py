@@ -1,0 +1,311 @@
+"""Canonical Markdown of ``daily/`` and ``audit/`` day files (AMB-03, PROV-07..PROV-22).
+
+Each bullet is two lines::
+
+    - <signifier> <text>
+      <!--mem id=… type=… status=… recorded=… [optional keys…] source_session=<pct-encoded|unknown>-->
+
+Anything else (headings, prose, plain ``- item`` lines, malformed metadata) is kept verbatim as a
+``RawLine`` so a rewrite never loses bytes. ``serialize_document(parse_document(s)) == s`` for every
+``s`` this module writes; legacy one-line bullets are normalised to two lines only on rewrite (PROV-22).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from storage.fsio import atomic_write, ensure_private_dir, read_private_file
+from storage.limits import SOURCE_SESSION_MAX_BYTES
+
+SIGNIFIERS = ("[ ]", "[x]", "[>]", "[<]", "[-]", "–", "o")
+STATUSES = frozenset({"open", "done", "scheduled", "migrated", "dropped", "invalidated"})  # AMB-28
+SRCS = frozenset({"user", "assistant", "tool", "document"})
+ATTRS = frozenset({"owner", "assistant", "document"})
+UNKNOWN_SESSION = "unknown"
+
+# Everything str.splitlines() breaks on: a bullet's text must stay one line for every reader.
+_LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+_DAY_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_SIG = "|".join(re.escape(s) for s in SIGNIFIERS)
+_HEAD_RE = re.compile(rf"- ({_SIG}) (.*)")
+_META_RE = re.compile(r"  <!--mem (.*)-->")
+_LEGACY_RE = re.compile(rf"- ({_SIG}) (.*) <!--mem (.*)-->")
+_PCT_RE = re.compile(r"(?:[A-Za-z0-9._~-]|%[0-9A-Fa-f]{2})+")  # RFC 3986 unreserved or pct-encoded
+_KEY_RE = re.compile(r"[a-z_]+")
+_KEYS = (
+    "id", "type", "status", "recorded", "due", "valid_from", "valid_to", "labels", "entities",
+    "src", "attr", "replaceable", "insight", "source_session",
+)  # fmt: skip
+_SAFE = ":+,"  # kept literal for readable timestamps/lists; space, '>', '<', '%', '=' are always encoded
+
+
+class MarkdownFormatError(ValueError):
+    """Input that cannot be written as canonical Markdown (or read back identically)."""
+
+
+def encode_session(session_id: str | None) -> str:
+    """Percent-encode a host conversation id; ``unknown`` when absent or unstorable (PROV-13, LIM-63)."""
+    if not session_id:
+        return UNKNOWN_SESSION
+    try:
+        raw = session_id.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates cannot be stored
+        return UNKNOWN_SESSION
+    if len(raw) > SOURCE_SESSION_MAX_BYTES:
+        return UNKNOWN_SESSION
+    if session_id == UNKNOWN_SESSION:
+        # A real id spelled "unknown" must not read back as unknown: encode one unreserved byte.
+        return "%75nknown"
+    return quote(raw, safe="")
+
+
+def decode_session(value: str) -> str | None:
+    """Inverse of ``encode_session``; anything malformed or unstorable is ``None`` (PROV-15)."""
+    if value == UNKNOWN_SESSION or not _PCT_RE.fullmatch(value):
+        return None
+    try:
+        decoded = unquote(value, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    return decoded if len(decoded.encode("utf-8")) <= SOURCE_SESSION_MAX_BYTES else None
+
+
+def _storable_session(session_id: str | None) -> str | None:
+    return decode_session(encode_session(session_id))
+
+
+def _check_utf8(name: str, value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MarkdownFormatError(f"{name} is not valid UTF-8 text") from None
+
+
+@dataclass(frozen=True)
+class Bullet:
+    signifier: str
+    text: str
+    id: str
+    type: str
+    status: str
+    recorded: str
+    due: str | None = None
+    valid_from: str | None = None
+    valid_to: str | None = None
+    labels: str | None = None
+    entities: tuple[str, ...] = ()
+    src: str | None = None
+    attr: str | None = None
+    replaceable: bool = False
+    insight: bool = False
+    source_session: str | None = None
+
+    def __post_init__(self) -> None:
+        # Validate at construction so a bad bullet fails where it is built, not at write time.
+        if self.signifier not in SIGNIFIERS:
+            raise MarkdownFormatError(f"unknown signifier {self.signifier!r}")
+        if not self.text or _LINE_BREAKS.intersection(self.text):
+            raise MarkdownFormatError("text must be one non-empty line")
+        if "<!--" in self.text or "-->" in self.text:
+            raise MarkdownFormatError("text must not open or close an HTML comment")
+        if not isinstance(self.id, str) or not _ID_RE.fullmatch(self.id):
+            raise MarkdownFormatError(f"invalid id {self.id!r}")
+        if not self.type or not self.recorded:
+            raise MarkdownFormatError("type and recorded are required")
+        if self.status not in STATUSES:
+            raise MarkdownFormatError(f"unknown status {self.status!r}")
+        if self.src is not None and self.src not in SRCS:
+            raise MarkdownFormatError(f"unknown src {self.src!r}")
+        if self.attr is not None and self.attr not in ATTRS:
+            raise MarkdownFormatError(f"unknown attr {self.attr!r}")
+        object.__setattr__(self, "entities", tuple(self.entities))
+        for name in ("text", "type", "recorded", "due", "valid_from", "valid_to", "labels"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_utf8(name, value)
+        for entity in self.entities:
+            _check_utf8("entities", entity)
+        # PROV-13: an unstorable session is unknown everywhere, so the index can mirror this object.
+        object.__setattr__(self, "source_session", _storable_session(self.source_session))
+
+
+@dataclass(frozen=True)
+class RawLine:
+    text: str
+
+    def __post_init__(self) -> None:
+        if "\n" in self.text:
+            raise MarkdownFormatError("a raw line cannot contain a newline")
+
+
+@dataclass
+class MarkdownDocument:
+    items: list[Bullet | RawLine]
+    # Whether the last line ends with "\n"; needed to reproduce files saved without one byte for byte.
+    trailing_newline: bool = field(default=True)
+
+    def bullets(self) -> list[Bullet]:
+        return [item for item in self.items if isinstance(item, Bullet)]
+
+    def ids(self) -> set[str]:
+        return {b.id for b in self.bullets()}
+
+
+def _meta(b: Bullet) -> str:
+    parts = [f"id={b.id}", f"type={quote(b.type, safe=_SAFE)}", f"status={b.status}"]
+    parts.append(f"recorded={quote(b.recorded, safe=_SAFE)}")
+    for key in ("due", "valid_from", "valid_to", "labels"):
+        value = getattr(b, key)
+        if value is not None:
+            parts.append(f"{key}={quote(value, safe=_SAFE)}")
+    if b.entities:  # each entity encoded without ',' so the list splits back exactly
+        parts.append("entities=" + ",".join(quote(e, safe=":+") for e in b.entities))
+    if b.src is not None:
+        parts.append(f"src={b.src}")
+    if b.attr is not None:
+        parts.append(f"attr={b.attr}")
+    if b.replaceable:
+        parts.append("replaceable=1")
+    if b.insight:
+        parts.append("insight=1")
+    parts.append(f"source_session={encode_session(b.source_session)}")  # always last (AMB-03)
+    return " ".join(parts)
+
+
+def serialize_bullet(b: Bullet) -> str:
+    return f"- {b.signifier} {b.text}\n  <!--mem {_meta(b)}-->\n"
+
+
+def _bullet_from(signifier: str, text: str, body: str) -> Bullet | None:
+    """Build a bullet from a parsed head and mem-comment body, or ``None`` if anything is malformed."""
+    values: dict[str, str] = {}
+    sessions: list[str] = []
+    for token in body.split(" "):
+        key, eq, value = token.partition("=")
+        if not eq or not _KEY_RE.fullmatch(key) or key not in _KEYS:
+            return None  # unknown keys would be dropped on rewrite: keep the line verbatim instead
+        if key == "source_session":
+            sessions.append(value)
+        elif key in values:
+            return None
+        else:
+            values[key] = value
+    if not {"id", "type", "status", "recorded"} <= values.keys():
+        return None
+    flags: dict[str, bool] = {}
+    for flag in ("replaceable", "insight"):
+        raw = values.pop(flag, "0")
+        if raw not in ("0", "1"):
+            return None
+        flags[flag] = raw == "1"
+    try:
+        decoded = {k: unquote(v, errors="strict") for k, v in values.items() if k != "entities"}
+        entities = (
+            tuple(unquote(e, errors="strict") for e in values["entities"].split(","))
+            if "entities" in values
+            else ()
+        )
+        # PROV-15: missing, duplicated or malformed source_session is unknown, never an error.
+        session = decode_session(sessions[0]) if len(sessions) == 1 else None
+        return Bullet(
+            signifier=signifier, text=text, entities=entities, source_session=session, **flags, **decoded
+        )
+    except (UnicodeDecodeError, MarkdownFormatError):
+        return None
+
+
+def parse_document(text: str) -> MarkdownDocument:
+    """Parse any text; never raises. Unrecognised or malformed lines become ``RawLine``."""
+    trailing = text == "" or text.endswith("\n")
+    lines = text.split("\n")
+    if trailing:
+        lines.pop()
+    items: list[Bullet | RawLine] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        bullet: Bullet | None = None
+        if (legacy := _LEGACY_RE.fullmatch(line)) is not None:
+            bullet = _bullet_from(legacy[1], legacy[2], legacy[3])
+        if bullet is not None:
+            items.append(bullet)
+            i += 1
+            continue
+        head = _HEAD_RE.fullmatch(line)
+        meta = _META_RE.fullmatch(lines[i + 1]) if head and i + 1 < len(lines) else None
+        if head and meta and (bullet := _bullet_from(head[1], head[2], meta[1])) is not None:
+            items.append(bullet)
+            i += 2
+            continue
+        items.append(RawLine(line))
+        i += 1
+    return MarkdownDocument(items, trailing_newline=trailing)
+
+
+def serialize_document(doc: MarkdownDocument) -> str:
+    out = "".join(
+        serialize_bullet(item) if isinstance(item, Bullet) else item.text + "\n" for item in doc.items
+    )
+    return out if doc.trailing_newline else out.removesuffix("\n")
+
+
+def _is_day(day: str) -> bool:
+    try:
+        return _DAY_RE.fullmatch(day) is not None and dt.date.fromisoformat(day) is not None
+    except ValueError:  # e.g. 2026-02-30
+        return False
+
+
+def new_document(day: str) -> MarkdownDocument:
+    if not _is_day(day):
+        raise MarkdownFormatError(f"invalid day {day!r}, expected YYYY-MM-DD")
+    return MarkdownDocument([RawLine(f"# {day}"), RawLine("")])
+
+
+def read_document(path: Path) -> MarkdownDocument:
+    """Read a day file (``FileNotFoundError`` if missing). Undecodable bytes survive a rewrite."""
+    return parse_document(read_private_file(Path(path)).decode("utf-8", errors="surrogateescape"))
+
+
+def append_bullets(path: Path, day: str, bullets: Sequence[Bullet]) -> int:
+    """Append bullets whose id is not yet in the file; return how many were added.
+
+    Idempotent by id, so Temporal retries and replays converge. The file is rewritten (atomically,
+    re-serialising every bullet, PROV-22) only when something is added; otherwise it is untouched
+    (PROV-21). Not locked: callers that may race on one file must serialise their writes.
+    """
+    path = Path(path)
+    try:
+        doc = read_document(path)
+    except FileNotFoundError:
+        doc = new_document(day)
+    seen = doc.ids()
+    added = 0
+    for bullet in bullets:
+        if bullet.id not in seen:
+            seen.add(bullet.id)
+            doc.items.append(bullet)
+            added += 1
+    if added:
+        doc.trailing_newline = True
+        ensure_private_dir(path.parent)
+        atomic_write(path, serialize_document(doc).encode("utf-8", errors="surrogateescape"))
+    return added
+
+
+def iter_bullets(root: Path, folder: str = "daily") -> Iterator[tuple[str, Bullet]]:
+    """Yield ``(day, bullet)`` for each ``<root>/<folder>/YYYY-MM-DD.md``: date order, then file order."""
+    directory = Path(root) / folder
+    if not directory.is_dir():
+        return
+    # Temp files (".x.md.tmp-123"), notes and misnamed files are not day files.
+    days = [e.name[:-3] for e in directory.iterdir() if e.name.endswith(".md") and _is_day(e.name[:-3])]
+    for day in sorted(days):
+        for bullet in read_document(directory / f"{day}.md").bullets():
+            yield day, bullet
