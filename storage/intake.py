@@ -356,11 +356,17 @@ class Intake:
         )
 
     def list_ids(self, state: RecordState) -> list[str]:
-        if state is RecordState.RESOLVED:
-            names = [n.removesuffix(".receipt.json") for n in os.listdir(self.resolved_dir)]
-            return sorted(n for n in names if _is_record_name(n))
-        folder = self.pending_dir if state is RecordState.PENDING else self.dead_dir
-        return sorted(n for n in os.listdir(folder) if _is_record_name(n))
+        """Ids in one state; a store that never admitted anything simply has none."""
+        folder = {
+            RecordState.PENDING: self.pending_dir,
+            RecordState.DEAD: self.dead_dir,
+            RecordState.RESOLVED: self.resolved_dir,
+        }[state]
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in (name.removesuffix(".receipt.json") for name in names) if _is_record_name(n))
 
     def due_pending(self, *, now: datetime) -> list[str]:
         """Pending ids whose due time has come, oldest admission first (what the sweeper starts)."""

@@ -42,19 +42,22 @@ def turn(run_id: str, answer: str, **kw: object) -> CompletedTurn:
     )
 
 
-async def outcome_of(client: Client, intake_id: str, timeout: float = 60) -> CaptureOutcome:
-    """The workflow's result; waits for it to exist first (the sweeper may not have started it yet)."""
-    handle = client.get_workflow_handle(capture_workflow_id(intake_id), result_type=CaptureOutcome)
+async def when_found(call, timeout: float = 60):
+    """Await ``call()`` until Temporal stops answering NOT_FOUND (the worker may not have started it yet)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            await handle.describe()
-            break
+            return await call()
         except RPCError as exc:
             if exc.status is not RPCStatusCode.NOT_FOUND or time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
-    return await asyncio.wait_for(handle.result(), max(1.0, deadline - time.monotonic()))
+
+
+async def outcome_of(client: Client, intake_id: str, timeout: float = 60) -> CaptureOutcome:
+    handle = client.get_workflow_handle(capture_workflow_id(intake_id), result_type=CaptureOutcome)
+    await when_found(handle.describe, timeout)
+    return await asyncio.wait_for(handle.result(), timeout)
 
 
 async def wait_until(predicate, timeout: float = 60, step: float = 0.2) -> None:
@@ -219,3 +222,26 @@ async def test_worker_killed_mid_projection_recovers_exactly_once(client: Client
     # Attempt 1 died with the worker (heartbeat timeout), attempt 2 ran on the new worker.
     assert (outcome.state, outcome.attempts) == ("resolved", 2)
     assert len(list(iter_bullets(store.root))) == 1
+
+
+async def test_sweep_schedule_starts_records_admitted_while_temporal_was_away(
+    client: Client, tmp_path: Path
+) -> None:
+    from tempomem.worker import schedule_id
+
+    store = make_store(tmp_path / "mem", client, mode="lite")
+    offline = make_store(tmp_path / "mem", None, mode="lite", address="127.0.0.1:1")
+    async with running_worker(client, store, schedule=True):
+        schedule = client.get_schedule_handle(schedule_id(store.store_id))
+        try:
+            description = await when_found(schedule.describe)
+            assert description.schedule.spec.intervals[0].every.total_seconds() == 60
+            # Admitted after the worker's start sweep, with Temporal unreachable: no workflow exists yet.
+            result = await offline.persist_completed_turn(turn("sched-1", "The car's MOT is due in April."))
+            assert not result.workflow_started
+            await schedule.trigger()  # what the schedule does every minute
+            outcome = await outcome_of(client, result.intake_id)
+        finally:
+            await schedule.delete()
+    assert outcome.state == "resolved"
+    assert [b.text for _, b in iter_bullets(store.root)] == ["Assistant: The car's MOT is due in April."]
