@@ -25,8 +25,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) as 0700 dirs; refuse symlinks and foreign owners."""
+def ensure_private_dir(path: Path, *, strict: bool = False) -> Path:
+    """Create ``path`` (and parents) as 0700 dirs; refuse symlinks and foreign owners.
+
+    ``strict`` refuses an existing directory with another mode instead of tightening it: the intake
+    fails closed on state it did not write itself.
+    """
     path = Path(path)
     if path.is_symlink():
         raise UnsafePathError(f"{path} is a symlink")
@@ -43,6 +47,8 @@ def ensure_private_dir(path: Path) -> Path:
     if st.st_uid != os.geteuid():
         raise UnsafePathError(f"{path} is owned by uid {st.st_uid}, not {os.geteuid()}")
     if stat.S_IMODE(st.st_mode) != DIR_MODE:
+        if strict:
+            raise UnsafePathError(f"{path} has mode {stat.S_IMODE(st.st_mode):o}, expected 700")
         os.chmod(path, DIR_MODE)
     return path
 
@@ -72,8 +78,11 @@ def atomic_write(path: Path, data: bytes, *, mode: int = FILE_MODE) -> None:
     fsync_dir(path.parent)
 
 
-def read_private_file(path: Path, *, max_bytes: int | None = None) -> bytes:
-    """Read a regular, single-link, owner-owned file without following symlinks."""
+def read_private_file(path: Path, *, max_bytes: int | None = None, strict: bool = False) -> bytes:
+    """Read a regular, owner-owned file without following symlinks.
+
+    ``strict`` also requires a single link and mode 0600 (intake records, INTAKE-09/10).
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
@@ -86,6 +95,10 @@ def read_private_file(path: Path, *, max_bytes: int | None = None) -> bytes:
             raise UnsafePathError(f"{path} is not a regular file")
         if st.st_uid != os.geteuid():
             raise UnsafePathError(f"{path} is owned by uid {st.st_uid}, not {os.geteuid()}")
+        if strict and st.st_nlink != 1:
+            raise UnsafePathError(f"{path} has {st.st_nlink} links")
+        if strict and stat.S_IMODE(st.st_mode) != FILE_MODE:
+            raise UnsafePathError(f"{path} has mode {stat.S_IMODE(st.st_mode):o}, expected 600")
         if max_bytes is not None and st.st_size > max_bytes:
             raise UnsafePathError(f"{path} is {st.st_size} bytes, more than {max_bytes}")
         chunks = []

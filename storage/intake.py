@@ -36,7 +36,8 @@ from storage.fsio import (
     fsync_dir,
     read_private_file,
 )
-from storage.limits import MAX_ACTIVE_RECORDS, MAX_RECORD_BYTES, RUN_ID_HASH_HEX_LEN
+from storage.ledger import Ledger, LedgerIntegrityError
+from storage.limits import MAX_ACTIVE_RECORDS, MAX_RECORD_BYTES, MAX_RESOLVED_RECEIPTS, RUN_ID_HASH_HEX_LEN
 from storage.turn import CompletedTurn
 
 INTAKE_DIR = ".capture-intake"
@@ -60,6 +61,10 @@ class IntakeCapacityError(IntakeError):
 
 class IntakeCorruptError(IntakeError):
     """A record on disk is malformed, unsafe (symlink, foreign owner) or inconsistent."""
+
+
+class IntakeIntegrityError(IntakeCorruptError):
+    """The permanent ledger, its catalog or the schema marker fail their checks (INTAKE-25..27)."""
 
 
 class UnknownRecordError(IntakeError):
@@ -115,6 +120,8 @@ class ProcessingState(BaseModel):
     due_at: str | None = None  # None = due now
     failure_category: FailureCategory | None = None
     updated_at: str | None = None
+    # A validated capture plan kept with the record (CAP-75); ``resolve`` refuses to drop one (CLI-05).
+    retained_plan: bool = False
 
 
 class Receipt(BaseModel):
@@ -128,6 +135,7 @@ class Receipt(BaseModel):
     admitted_at: str
     resolved_at: str
     attempts: int
+    reason: str | None = None  # the operator's reason slug for operator_resolved
 
 
 class RecordView(BaseModel):
@@ -224,9 +232,23 @@ class Intake:
 
     # -- layout -------------------------------------------------------------------------------------
     def ensure_layout(self) -> None:
-        ensure_private_dir(self.root)
-        for folder in (self.base, self.pending_dir, self.dead_dir, self.resolved_dir):
-            ensure_private_dir(folder)
+        try:
+            ensure_private_dir(self.root)
+            for folder in (self.base, self.pending_dir, self.dead_dir, self.resolved_dir):
+                ensure_private_dir(folder, strict=True)
+        except UnsafePathError as exc:
+            raise IntakeCorruptError(str(exc)) from exc
+
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger(self.root, self.base)
+
+    def has_receipt(self, record_id: str, payload_sha256: str) -> bool:
+        """INTAKE-26: an exact materialised receipt — a record or resolved receipt with that payload hash."""
+        try:
+            return self._existing_digest(record_id) == payload_sha256
+        except IntakeError:
+            return False
 
     def _lock(self) -> contextlib.AbstractContextManager[None]:
         self.ensure_layout()
@@ -245,17 +267,37 @@ class Intake:
         digest = hashlib.sha256(data).hexdigest()
         record_id = _check_id(payload.id)
         with self._lock():
-            existing = self._existing_digest(record_id)
-            if existing is not None:
-                if existing == digest:
-                    return "duplicate"
+            try:
+                return self._admit_locked(record_id, data, digest)
+            except LedgerIntegrityError as exc:
+                raise IntakeIntegrityError(str(exc)) from exc
+
+    def _admit_locked(self, record_id: str, data: bytes, digest: str) -> Literal["admitted", "duplicate"]:
+        ledger = self.ledger
+        existing = self._existing_digest(record_id)
+        # INTAKE-28: the ledger, not the (prunable) receipts, is the permanent duplicate check.
+        committed = ledger.lookup(record_id, self.has_receipt)
+        for known in (existing, committed):
+            if known is not None and known != digest:
                 raise IntakeConflictError(
                     f"run id of intake record {record_id} was admitted before with different payload bytes"
                 )
-            if self._at_capacity():
-                raise IntakeCapacityError(f"{MAX_ACTIVE_RECORDS} active intake records; admission refused")
-            atomic_write(self.pending_dir / record_id, data)
+        if existing is not None or committed is not None:
+            if committed is None:
+                # A crash after the record write and before its ledger append: finish the commitment.
+                ledger.append(record_id, digest, self.has_receipt)
+            return "duplicate"
+        if self._at_capacity():
+            raise IntakeCapacityError(f"{MAX_ACTIVE_RECORDS} active intake records; admission refused")
+        # Record first, then the ledger: a crash in between leaves a pending record that will be
+        # processed, never a ledger entry for a turn that was lost.
+        atomic_write(self.pending_dir / record_id, data)
+        self.after_record_write()
+        ledger.append(record_id, digest, self.has_receipt)
         return "admitted"
+
+    def after_record_write(self) -> None:
+        """Seam for crash tests: a SIGKILL here leaves a record without its ledger entry."""
 
     def _existing_digest(self, record_id: str) -> str | None:
         for folder in (self.pending_dir, self.dead_dir):
@@ -276,7 +318,7 @@ class Intake:
 
     def _read(self, path: Path) -> bytes:
         try:
-            return read_private_file(path, max_bytes=MAX_RECORD_BYTES)
+            return read_private_file(path, max_bytes=MAX_RECORD_BYTES, strict=True)
         except UnsafePathError as exc:
             raise IntakeCorruptError(str(exc)) from exc
 
@@ -439,7 +481,12 @@ class Intake:
             fsync_dir(self.pending_dir)
 
     def resolve(
-        self, record_id: str, *, outcome: Literal["success", "operator_resolved"], now: datetime
+        self,
+        record_id: str,
+        *,
+        outcome: Literal["success", "operator_resolved"],
+        now: datetime,
+        reason: str | None = None,
     ) -> Receipt:
         """Retire the record: receipt first, then remove the payload, so a crash in between is harmless."""
         with self._lock():
@@ -457,6 +504,7 @@ class Intake:
                 admitted_at=payload.admitted_at,
                 resolved_at=format_instant(now),
                 attempts=proc.attempts,
+                reason=reason,
             )
             atomic_write(
                 self.resolved_dir / f"{record_id}.receipt.json", canonical_json(receipt.model_dump())
@@ -464,7 +512,21 @@ class Intake:
             _unlink_quiet(self._state_path(folder, record_id))
             _unlink_quiet(folder / record_id)
             fsync_dir(folder)
+            self._prune_receipts()
             return receipt
+
+    def _prune_receipts(self) -> int:
+        """INTAKE-21: keep at most 4,096 receipts, oldest resolved first out. The ledger keeps protection."""
+        names = [n for n in os.listdir(self.resolved_dir) if n.endswith(".receipt.json")]
+        excess = len(names) - MAX_RESOLVED_RECEIPTS
+        if excess <= 0:
+            return 0
+        # Receipts are written once, atomically: their mtime is the resolution instant.
+        by_age = sorted(names, key=lambda n: (os.lstat(self.resolved_dir / n).st_mtime_ns, n))
+        for name in by_age[:excess]:
+            _unlink_quiet(self.resolved_dir / name)
+        fsync_dir(self.resolved_dir)
+        return excess
 
     def _write_state(self, folder: Path, record_id: str, proc: ProcessingState) -> None:
         atomic_write(self._state_path(folder, record_id), canonical_json(proc.model_dump(mode="json")))

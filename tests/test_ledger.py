@@ -1,0 +1,246 @@
+"""The permanent ledger, catalog and schema marker: every fail-closed case, and crash recovery with
+SIGKILLed admissions (INTAKE-09, INTAKE-22..INTAKE-28, AMB-09)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from storage import intake as intake_module
+from storage.intake import (
+    Intake,
+    IntakeConflictError,
+    IntakeCorruptError,
+    IntakeIntegrityError,
+    build_payload,
+    intake_id,
+)
+from storage.ledger import CATALOG_BYTES, SCHEMA_MARKER
+from storage.limits import LEDGER_ENTRY_BYTES
+from tests.helpers.crash_admit import crash_turn
+
+REPO = Path(__file__).resolve().parent.parent
+NOW = datetime(2026, 12, 3, 13, 0, tzinfo=UTC)
+
+
+def run_in_shard(prefix: str, start: int = 0) -> str:
+    """A run id whose intake id lands in ledger shard ``prefix``."""
+    i = start
+    while not intake_id(f"run-{i}").startswith(prefix):
+        i += 1
+    return f"run-{i}"
+
+
+def admit(root: Path, run_id: str, answer: str | None = None) -> str:
+    turn = crash_turn(run_id)
+    if answer is not None:
+        turn = turn.model_copy(update={"final_answer": answer})
+    return Intake(root).admit(build_payload(turn, write_mode="append-host-summary", tier="lite"))
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes | None, int]]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.name == ".lock":
+            continue
+        st = os.lstat(p)
+        out[str(p.relative_to(root))] = (
+            p.read_bytes() if p.is_file() and not p.is_symlink() else None,
+            st.st_mode,
+        )
+    return out
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[Path, str, Path]:
+    """A store with two admitted runs in shard ``ab``; returns (root, a third run id for ab, shard path)."""
+    root = tmp_path / "mem"
+    first = run_in_shard("ab")
+    second = run_in_shard("ab", int(first.split("-")[1]) + 1)
+    third = run_in_shard("ab", int(second.split("-")[1]) + 1)
+    admit(root, first)
+    admit(root, second)
+    return root, third, root / ".capture-intake" / "ledger" / "shard-ab"
+
+
+def test_entries_are_129_bytes_and_catalog_is_fixed_size(store: tuple[Path, str, Path]) -> None:
+    root, _, shard = store
+    data = shard.read_bytes()
+    assert len(data) == 2 * LEDGER_ENTRY_BYTES == 258
+    assert data[128:129] == b"\n" and data[:64].decode() == intake_id(run_in_shard("ab"))
+    catalog = root / ".capture-intake" / "catalog"
+    assert catalog.stat().st_size == CATALOG_BYTES == 16 + 256 * 40
+    assert (root / SCHEMA_MARKER).is_file()
+    for path in (shard, catalog, root / SCHEMA_MARKER):
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in shard.parent.iterdir()) == ["shard-ab"]  # lazily created
+
+
+def _tamper_cases():
+    def missing(root: Path, shard: Path) -> None:
+        shard.unlink()
+
+    def truncated(root: Path, shard: Path) -> None:
+        shard.write_bytes(shard.read_bytes()[:LEDGER_ENTRY_BYTES])
+
+    def replaced(root: Path, shard: Path) -> None:
+        data = bytearray(shard.read_bytes())
+        data[64:128] = hashlib.sha256(b"forged").hexdigest().encode()  # valid-looking, same length
+        shard.write_bytes(bytes(data))
+
+    def ledger_and_catalog_deleted(root: Path, shard: Path) -> None:
+        shard.unlink()
+        shard.parent.rmdir()
+        (root / ".capture-intake" / "catalog").unlink()
+
+    def marker_deleted(root: Path, shard: Path) -> None:
+        (root / SCHEMA_MARKER).unlink()
+
+    def symlinked_shard(root: Path, shard: Path) -> None:
+        copy = root.parent / "elsewhere"
+        copy.write_bytes(shard.read_bytes())
+        shard.unlink()
+        shard.symlink_to(copy)
+
+    def foreign_owner(root: Path, shard: Path) -> None:
+        os.chown(shard, 12345, 12345)
+
+    def wrong_mode(root: Path, shard: Path) -> None:
+        shard.chmod(0o644)
+
+    def wrong_dir_mode(root: Path, shard: Path) -> None:
+        (root / ".capture-intake" / "pending").chmod(0o755)
+
+    def catalog_wrong_size(root: Path, shard: Path) -> None:
+        catalog = root / ".capture-intake" / "catalog"
+        catalog.write_bytes(catalog.read_bytes()[:-40])
+
+    def uncatalogued_entry_without_receipt(root: Path, shard: Path) -> None:
+        forged = intake_id(run_in_shard("ab", 10**6)) + hashlib.sha256(b"x").hexdigest() + "\n"
+        with open(shard, "ab") as f:
+            f.write(forged.encode())
+
+    def partial_entry(root: Path, shard: Path) -> None:
+        with open(shard, "ab") as f:
+            f.write(b"ab" * 10)
+
+    def hard_linked_shard(root: Path, shard: Path) -> None:
+        os.link(shard, root.parent / "second-link")
+
+    return [
+        missing,
+        truncated,
+        replaced,
+        ledger_and_catalog_deleted,
+        marker_deleted,
+        symlinked_shard,
+        foreign_owner,
+        wrong_mode,
+        wrong_dir_mode,
+        catalog_wrong_size,
+        uncatalogued_entry_without_receipt,
+        partial_entry,
+        hard_linked_shard,
+    ]
+
+
+FAIL_CLOSED_CASES = _tamper_cases()
+
+
+@pytest.mark.parametrize("tamper", FAIL_CLOSED_CASES, ids=[f.__name__ for f in FAIL_CLOSED_CASES])
+def test_fail_closed_and_nothing_overwritten(store: tuple[Path, str, Path], tamper) -> None:
+    root, new_run, shard = store
+    tamper(root, shard)
+    before = snapshot(root)
+    with pytest.raises(IntakeCorruptError) as err:
+        admit(root, new_run)
+    assert str(err.value)  # the error names the problem
+    assert snapshot(root) == before
+
+
+def test_integrity_errors_are_typed(store: tuple[Path, str, Path]) -> None:
+    root, new_run, shard = store
+    shard.unlink()
+    with pytest.raises(IntakeIntegrityError, match="shard ab is missing"):
+        admit(root, new_run)
+
+
+def test_malformed_record_fails_closed(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    admit(root, "run-x")
+    record = root / ".capture-intake" / "pending" / intake_id("run-x")
+    record.write_bytes(b'{"not": "a record"}')
+    with pytest.raises(IntakeCorruptError):
+        Intake(root).load_payload(intake_id("run-x"))
+
+
+def test_pruned_receipts_never_readmit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(intake_module, "MAX_RESOLVED_RECEIPTS", 3)
+    root = tmp_path / "mem"
+    intake = Intake(root)
+    runs = [f"prune-{i}" for i in range(5)]
+    for i, run in enumerate(runs):
+        admit(root, run)
+        os.utime(root / ".capture-intake" / "pending" / intake_id(run))
+        intake.resolve(intake_id(run), outcome="success", now=NOW)
+        receipt = root / ".capture-intake" / "resolved" / f"{intake_id(run)}.receipt.json"
+        os.utime(receipt, ns=(i * 10**9, i * 10**9))  # strictly ordered resolution instants
+    remaining = sorted(p.name.split(".")[0] for p in (root / ".capture-intake" / "resolved").iterdir())
+    assert remaining == sorted(intake_id(r) for r in runs[2:])
+    # INTAKE-28: the pruned runs are still known to the ledger.
+    assert admit(root, runs[0]) == "duplicate"
+    with pytest.raises(IntakeConflictError):
+        admit(root, runs[0], answer="other bytes")
+    assert not list((root / ".capture-intake" / "pending").iterdir())
+
+
+def crash(root: Path, run_id: str, point: str) -> int:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.crash_admit", str(root), run_id, point],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        timeout=60,
+    )
+    return proc.returncode
+
+
+@pytest.mark.parametrize("point", ["after_record", "before_catalog"])
+def test_sigkill_inside_admission_loses_nothing_and_admits_once(tmp_path: Path, point: str) -> None:
+    root = tmp_path / "mem"
+    assert crash(root, "warm-up", "none") == 0  # an existing catalog, so the crash is mid-life
+    run = "crashing-run"
+    assert crash(root, run, point) == -9
+    record = root / ".capture-intake" / "pending" / intake_id(run)
+    assert record.is_file()  # the turn was admitted durably before the crash
+    # Restart: the host retries the same turn. It must be a duplicate, and the ledger must now commit it.
+    assert admit(root, run) == "duplicate"
+    intake = Intake(root)
+    assert (
+        intake.ledger.lookup(intake_id(run), intake.has_receipt)
+        == hashlib.sha256(record.read_bytes()).hexdigest()
+    )
+    assert intake.ledger.verify_all(intake.has_receipt) == 2
+    shard = root / ".capture-intake" / "ledger" / f"shard-{intake_id(run)[:2]}"
+    entries = shard.read_bytes()
+    assert entries.count(intake_id(run).encode()) == 1  # admitted exactly once
+    assert admit(root, run) == "duplicate"
+    with pytest.raises(IntakeConflictError):
+        admit(root, run, answer="different")
+
+
+def test_sigkill_before_catalog_then_other_run_in_same_shard_recovers(tmp_path: Path) -> None:
+    """INTAKE-26: the catalog advances over the suffix because its entry has an exact receipt."""
+    root = tmp_path / "mem"
+    first = run_in_shard("cd")
+    second = run_in_shard("cd", int(first.split("-")[1]) + 1)
+    assert crash(root, first, "before_catalog") == -9
+    assert admit(root, second) == "admitted"
+    intake = Intake(root)
+    assert intake.ledger.verify_all(intake.has_receipt) == 2
