@@ -71,6 +71,13 @@ class UnknownRecordError(IntakeError):
     """No record with that id in the state asked for."""
 
 
+class RetainedPlanError(IntakeError):
+    """CLI-05: ``resolve`` refuses to drop a record holding a recoverable retained semantic plan."""
+
+
+REASON_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")  # AMB-02
+
+
 class RecordState(StrEnum):
     PENDING = "pending"
     DEAD = "dead"
@@ -514,6 +521,49 @@ class Intake:
             fsync_dir(folder)
             self._prune_receipts()
             return receipt
+
+    def retry(self, record_id: str, *, now: datetime) -> bool:
+        """CLI-04: make dead or delayed work due again, with a fresh attempt budget. False = no-op."""
+        with self._lock():
+            state = self._locate(record_id)
+            if state is RecordState.RESOLVED:
+                return False
+            folder = self.pending_dir if state is RecordState.PENDING else self.dead_dir
+            proc = self._load_state(folder, record_id)
+            delayed = proc.due_at is not None and parse_instant(proc.due_at) > now
+            if state is RecordState.PENDING and not delayed:
+                return False
+            proc = proc.model_copy(
+                update={
+                    "state": RecordState.PENDING,
+                    "attempts": 0 if state is RecordState.DEAD else proc.attempts,
+                    "due_at": None,
+                    "revision": proc.revision + 1,
+                    "updated_at": format_instant(now),
+                }
+            )
+            self._write_state(self.pending_dir, record_id, proc)
+            if state is RecordState.DEAD:
+                os.replace(self.dead_dir / record_id, self.pending_dir / record_id)
+                fsync_dir(self.pending_dir)
+                _unlink_quiet(self._state_path(self.dead_dir, record_id))
+                fsync_dir(self.dead_dir)
+            return True
+
+    def operator_resolve(self, record_id: str, reason: str, *, now: datetime) -> bool:
+        """CLI-05: accept the loss as ``operator_resolved``. False when already resolved (no-op)."""
+        if not REASON_SLUG.fullmatch(reason):
+            raise IntakeError(f"reason slug must match {REASON_SLUG.pattern}")
+        state = self._locate(record_id)
+        if state is RecordState.RESOLVED:
+            return False
+        folder = self.pending_dir if state is RecordState.PENDING else self.dead_dir
+        if self._load_state(folder, record_id).retained_plan:
+            raise RetainedPlanError(
+                f"intake record {record_id} holds a recoverable retained plan; retry it instead of resolving"
+            )
+        self.resolve(record_id, outcome="operator_resolved", now=now, reason=reason)
+        return True
 
     def _prune_receipts(self) -> int:
         """INTAKE-21: keep at most 4,096 receipts, oldest resolved first out. The ledger keeps protection."""

@@ -15,7 +15,9 @@ from storage.intake import IntakeError, RecordState, UnknownRecordError
 
 EXIT_OK = 0
 EXIT_ERROR = 1
-EXIT_USAGE = 2
+EXIT_USAGE = 2  # also: unknown intake id
+EXIT_AGENT_RUNNING = 3  # AMB-02: the liveness fence is held
+EXIT_RETAINED_PLAN = 4  # CLI-05: resolve refused
 DEFAULT_CONFIG = "tempomem.json"
 STATE_DIR = ".tempomem"
 
@@ -120,6 +122,55 @@ def _inspect_text(out: dict) -> str:
         for r in out["records"]
     ]
     return "\n".join(lines)
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    """CLI-04: with the agent stopped, make dead or delayed work due (one id, or all)."""
+    from storage.fence import hold_fence
+
+    store = _store(args)
+    intake = store.intake
+    now = datetime.now(UTC)
+    with hold_fence(store.root, what="retry"):
+        ids = (
+            [args.id] if args.id else intake.list_ids(RecordState.DEAD) + intake.list_ids(RecordState.PENDING)
+        )
+        changed = [i for i in ids if intake.retry(i, now=now)]
+    print(
+        json.dumps({"changed": bool(changed), "ids": changed})
+        if args.json
+        else f"{len(changed)} record(s) made due; they are processed when the worker starts"
+    )
+    return EXIT_OK
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    """CLI-05: accept the loss of one record as operator_resolved (keeps duplicate protection)."""
+    from storage.fence import hold_fence
+
+    store = _store(args)
+    with hold_fence(store.root, what="resolve"):
+        changed = store.intake.operator_resolve(args.id, args.reason, now=datetime.now(UTC))
+    print(
+        json.dumps({"changed": changed})
+        if args.json
+        else ("resolved as operator_resolved" if changed else "already resolved; nothing changed")
+    )
+    return EXIT_OK
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    """CLI-13: strict, content-free audit. Exit 0 for ok/in_progress, 1 otherwise."""
+    from storage.health import audit
+
+    report = audit(_store(args).root, now=datetime.now(UTC))
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print(f"{report.status}  " + "  ".join(f"{k}={v}" for k, v in report.counts.items()))
+        for problem in report.problems:
+            print(f"  problem: {problem}")
+    return EXIT_OK if report.status in ("ok", "in_progress") else EXIT_ERROR
 
 
 async def _connect(config):  # -> Client
@@ -274,6 +325,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 
+    p = sub.add_parser("retry", help="make dead or delayed intake records due again (agent stopped)")
+    p.add_argument("id", nargs="?", help="one 64-character intake id; all records when omitted")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_retry)
+
+    p = sub.add_parser("resolve", help="accept the loss of one record as operator_resolved (agent stopped)")
+    p.add_argument("id", help="64-character intake id")
+    p.add_argument("reason", help="reason slug, e.g. provider-retired ([a-z0-9][a-z0-9-]{0,63})")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_resolve)
+
+    p = sub.add_parser(
+        "health", help="strict content-free audit: in_progress, dead letters, ledger integrity"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_health)
+
     for name, func, text in (
         ("worker", cmd_worker, "run this store's Temporal worker (sweeps pending intake on start)"),
         ("dev", cmd_dev, "start the bundled Temporal dev server (Web UI :8233) if needed, then a worker"),
@@ -293,12 +361,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from storage.fence import AgentRunningError
+    from storage.intake import RetainedPlanError
     from tempomem.config import ConfigError
     from tempomem.devserver import DevServerError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except AgentRunningError as exc:
+        print(f"agent_running: {exc}", file=sys.stderr)
+        return EXIT_AGENT_RUNNING
+    except RetainedPlanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_RETAINED_PLAN
     except ConfigError as exc:
         print(f"invalid config:\n{exc}", file=sys.stderr)
         return EXIT_ERROR

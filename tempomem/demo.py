@@ -9,6 +9,7 @@ from importlib import resources
 from pydantic import BaseModel, ConfigDict
 from temporalio.client import Client
 
+from storage.fence import fence_is_held
 from storage.turn import AdmissionStatus, CompletedTurn
 from tempomem.store import MemoryStore
 from tempomem.worker import run_worker
@@ -43,7 +44,11 @@ async def run_demo(store: MemoryStore, client: Client, *, ui_url: str, namespace
     """Returns the number of turns whose workflow finished; lines to print go to ``out``."""
     demo = load_demo()
     stop = asyncio.Event()
-    worker = asyncio.create_task(run_worker(client, store.worker_context(client), stop=stop))
+    worker: asyncio.Task[object] | None = None
+    if fence_is_held(store.root):
+        out.append("  (a worker for this store is already running; it will curate the demo turns)")
+    else:
+        worker = asyncio.create_task(run_worker(client, store.worker_context(client), stop=stop))
     finished = 0
     try:
         ids: list[str] = []
@@ -77,5 +82,6 @@ async def run_demo(store: MemoryStore, client: Client, *, ui_url: str, namespace
         out.extend(f"  {ui_url}/namespaces/{namespace}/workflows/{capture_workflow_id(i)}" for i in ids)
     finally:
         stop.set()
-        await worker
+        if worker is not None:
+            await worker
     return finished

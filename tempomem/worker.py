@@ -27,6 +27,7 @@ from activities.curation import CurationActivities
 from activities.intake_ops import IntakeActivities
 from activities.projection import ProjectionActivities
 from activities.sweep import SweepActivities, sweep_store
+from storage.fence import hold_fence
 from storage.limits import SHUTDOWN_DRAIN_SECONDS
 from workflows.capture import CaptureWorkflow
 from workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
@@ -97,7 +98,11 @@ async def run_worker(
 ) -> SweepResult:
     """Run until ``stop`` is set; shutdown drains for up to 10 s (INTAKE-16). Returns the start sweep."""
     ctx.client = client
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tempomem-act") as executor:
+    # One worker owns a memory root; the fence also keeps operator commands off a live store (AMB-02).
+    with (
+        hold_fence(ctx.root, what="second worker"),
+        concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tempomem-act") as executor,
+    ):
         worker = build_worker(client, ctx, executor=executor)
         async with worker:
             swept = await sweep_store(ctx)
