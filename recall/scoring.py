@@ -1,0 +1,224 @@
+"""Pure scoring functions for recall (REC-24..REC-33, AMB-31, AMB-39).
+
+Hybrid (embedding-first) score::
+
+    semantic = cos if cos >= 0.5 else 0                      (REC-24, REC-25)
+    bonus    = 0.15 * matched_numeric / numeric_anchors       (REC-27, REC-28)
+             + 0.08 * matched_names   / name_anchors
+    score    = semantic + bonus + 1e-4 * RRF(k=60) + 1e-5 * salience   (REC-31)
+
+A record still waiting for its vector uses lexical term overlap as its evidence (REC-32).
+Lexical-only score (Lite, embedding outage) = fraction of distinct normalised query tokens in the record.
+No stop-word or question-word lists anywhere (REC-29).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from storage.limits import (
+    NAME_ANCHOR_BONUS,
+    NAME_ANCHOR_MIN_LETTERS,
+    NUMERIC_ANCHOR_BONUS,
+    RRF_K,
+    RRF_TIE_BREAK_WEIGHT,
+    SALIENCE_TIE_BREAK_WEIGHT,
+    SEMANTIC_EVIDENCE_COSINE,
+)
+
+# A token keeps inner separators so dates, instants, versions and ids stay whole:
+# "1988-11-02", "2026-03-01T10:00:00Z", "v1.2", "ID-4471", "1,200".
+_TOKEN_RE = re.compile(r"\w+(?:(?:[-:./+]|,(?=\d{3}\b))\w+)*")
+_WORD_RE = re.compile(r"\w+")
+_SENTENCE_END_RE = re.compile(r"[.!?¿¡:;\n]")
+_DATE_RE = re.compile(r"^(\d{4})(?:-(\d{2})(?:-(\d{2})(?:t[\d:.,+\-z]*)?)?)?$")
+
+
+def normalise(text: str) -> str:
+    """AMB-39 anchor normalisation: NFKD → drop combining marks → casefold (`Zoë` ≡ `zoe`)."""
+    if text.isascii():
+        return text.lower()  # same result, without a per-character pass (hot in scoring)
+    decomposed = unicodedata.normalize("NFKD", text)
+    stripped = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+    return stripped.casefold()
+
+
+def tokens(text: str) -> list[str]:
+    """Normalised compound tokens (dates and identifiers kept whole)."""
+    return _TOKEN_RE.findall(normalise(text))
+
+
+def word_tokens(text: str) -> set[str]:
+    """Distinct normalised ``\\w+`` words, used for lexical overlap (REC-32)."""
+    return set(_WORD_RE.findall(normalise(text)))
+
+
+def _date_parts(token: str) -> tuple[str, ...] | None:
+    """``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD`` or an ISO instant → its date components, else None."""
+    m = _DATE_RE.match(token)
+    if not m:
+        return None
+    return tuple(p for p in m.groups() if p is not None)
+
+
+def _is_numeric(token: str) -> bool:
+    return any(ch.isdigit() for ch in token)
+
+
+# --------------------------------------------------------------------------------------------------
+# Query anchors
+
+
+@dataclass(frozen=True)
+class QueryAnchors:
+    numeric: tuple[str, ...]  # normalised tokens containing a digit (numbers, dates, identifiers)
+    names: tuple[str, ...]  # normalised name words (>= 3 letters)
+
+
+def _capitalised_words(text: str) -> list[tuple[str, bool]]:
+    """(word, sentence_initial) for every capitalised word of >= NAME_ANCHOR_MIN_LETTERS letters."""
+    out: list[tuple[str, bool]] = []
+    initial = True
+    pos = 0
+    for m in _WORD_RE.finditer(text):
+        if _SENTENCE_END_RE.search(text, pos, m.start()):
+            initial = True
+        word = m.group()
+        letters = sum(ch.isalpha() for ch in word)
+        if word[0].isupper() and letters >= NAME_ANCHOR_MIN_LETTERS and letters == len(word):
+            out.append((word, initial))
+        initial = False
+        pos = m.end()
+    return out
+
+
+def name_vocabulary(texts: Iterable[str], entities: Iterable[str] = ()) -> frozenset[str]:
+    """Normalised words that look like names in the candidate records.
+
+    Why: REC-28 makes a query word a name anchor when it names an entity of a record. Without the graph
+    we treat entity strings (namespace ``person:`` dropped) and mid-sentence capitalised words of the
+    records as names; sentence-initial capitals are ambiguous ("The", "What") and are not counted.
+    """
+    vocab: set[str] = set()
+    for text in texts:
+        vocab.update(normalise(w) for w, initial in _capitalised_words(text) if not initial)
+    for entity in entities:
+        name = entity.split(":", 1)[1] if ":" in entity else entity
+        vocab.update(
+            w for w in _WORD_RE.findall(normalise(name)) if len(w) >= NAME_ANCHOR_MIN_LETTERS and w.isalpha()
+        )
+    return frozenset(vocab)
+
+
+def query_anchors(query: str, vocabulary: frozenset[str] = frozenset()) -> QueryAnchors:
+    """Numeric anchors: every query token containing a digit. Name anchors: query words of >= 3 letters
+    that are capitalised mid-sentence in the query, or that the candidate records use as names
+    (``vocabulary``) — so lowercase or sentence-initial names still count, and "What" does not."""
+    numeric = tuple(dict.fromkeys(t for t in tokens(query) if _is_numeric(t)))
+    names: dict[str, None] = {}
+    capitalised = {normalise(w): initial for w, initial in _capitalised_words(query)}
+    for m in _WORD_RE.finditer(query):
+        word = m.group()
+        norm = normalise(word)
+        if len(norm) < NAME_ANCHOR_MIN_LETTERS or not norm.isalpha():
+            continue
+        if (norm in capitalised and not capitalised[norm]) or norm in vocabulary:
+            names[norm] = None
+    return QueryAnchors(numeric=numeric, names=tuple(names))
+
+
+# --------------------------------------------------------------------------------------------------
+# Record matching
+
+
+@dataclass(frozen=True)
+class RecordTerms:
+    """Pre-normalised terms of one candidate record."""
+
+    compound: frozenset[str]  # whole tokens plus the parts of non-date compounds
+    dates: tuple[tuple[str, ...], ...]
+    words: frozenset[str]  # \w+ words of text and entity names
+
+
+def record_terms(text: str, entities: Sequence[str] = ()) -> RecordTerms:
+    compound: set[str] = set()
+    dates: list[tuple[str, ...]] = []
+    for tok in tokens(text):
+        compound.add(tok)
+        parts = _date_parts(tok)
+        if parts is not None:
+            dates.append(parts)
+        else:
+            # "ID-4471" also offers "4471"; a date never offers its month or day alone.
+            compound.update(re.split(r"[-:./+,]", tok))
+    words = word_tokens(text)
+    for entity in entities:
+        words |= word_tokens(entity.split(":", 1)[1] if ":" in entity else entity)
+    return RecordTerms(compound=frozenset(compound), dates=tuple(dates), words=frozenset(words))
+
+
+def numeric_anchor_matches(anchor: str, terms: RecordTerms) -> bool:
+    """Exact match; a date anchor matches a record date with the same leading components, so `1988`
+    matches `1988-11-02` but `1988-11-02` never matches `1988-12-02` (REC-28)."""
+    parts = _date_parts(anchor)
+    if parts is not None:
+        return any(d[: len(parts)] == parts for d in terms.dates) or anchor in terms.compound
+    return anchor in terms.compound
+
+
+def anchor_bonus(anchors: QueryAnchors, terms: RecordTerms) -> float:
+    """Two independent pools, each split equally across the query's anchors (REC-27)."""
+    bonus = 0.0
+    if anchors.numeric:
+        matched = sum(numeric_anchor_matches(a, terms) for a in anchors.numeric)
+        bonus += NUMERIC_ANCHOR_BONUS * matched / len(anchors.numeric)
+    if anchors.names:
+        matched = sum(a in terms.words for a in anchors.names)
+        bonus += NAME_ANCHOR_BONUS * matched / len(anchors.names)
+    return bonus
+
+
+def semantic_evidence(cosine: float) -> float:
+    """A cosine below 0.5 is no semantic evidence at all (REC-25)."""
+    return cosine if cosine >= SEMANTIC_EVIDENCE_COSINE else 0.0
+
+
+def rrf(*ranks: int | None, k: int = RRF_K) -> float:
+    """Reciprocal Rank Fusion over 1-based ranks; a retriever that missed the record contributes 0."""
+    return sum(1.0 / (k + r) for r in ranks if r is not None)
+
+
+def lexical_overlap(query: str | set[str], record_words: Iterable[str]) -> float:
+    """Fraction of distinct normalised query tokens present in the record (0..1)."""
+    q = word_tokens(query) if isinstance(query, str) else query
+    if not q:
+        return 0.0
+    words = record_words if isinstance(record_words, (set, frozenset)) else set(record_words)
+    return len(q & words) / len(q)
+
+
+def hybrid_score(
+    *,
+    cosine: float | None,
+    anchors: QueryAnchors,
+    terms: RecordTerms,
+    query_words: set[str],
+    bm25_rank: int | None,
+    vector_rank: int | None,
+    salience: float = 0.0,
+) -> float:
+    """AMB-31 score of one candidate. ``cosine`` None = record still waiting for its vector (REC-32)."""
+    evidence = semantic_evidence(cosine) if cosine is not None else lexical_overlap(query_words, terms.words)
+    return (
+        evidence
+        + anchor_bonus(anchors, terms)
+        + RRF_TIE_BREAK_WEIGHT * rrf(bm25_rank, vector_rank)
+        + SALIENCE_TIE_BREAK_WEIGHT * salience
+    )
+
+
+def lexical_score(query_words: set[str], terms: RecordTerms) -> float:
+    return lexical_overlap(query_words, terms.words)

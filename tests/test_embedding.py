@@ -1,0 +1,189 @@
+"""Embedding providers: the real offline MiniLM model and HTTP providers behind a real loopback server."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import pytest
+
+from recall.embedding import (
+    EmbeddingError,
+    EmbeddingIdentity,
+    EmbeddingProvider,
+    HttpEmbedder,
+    LocalMiniLMEmbedder,
+    make_embedder,
+)
+
+
+@pytest.fixture(scope="module")
+def minilm() -> LocalMiniLMEmbedder:
+    return LocalMiniLMEmbedder()
+
+
+def cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b)
+
+
+def test_identity_key_is_stable_and_distinct() -> None:
+    a = EmbeddingIdentity("local", "all-MiniLM-L6-v2-int8", 384)
+    assert a.key() == EmbeddingIdentity("local", "all-MiniLM-L6-v2-int8", 384).key()
+    assert a.key() != EmbeddingIdentity("local", "all-MiniLM-L6-v2-int8", 256).key()
+    assert a.key() != EmbeddingIdentity("ollama", "all-MiniLM-L6-v2-int8", 384).key()
+    assert len(a.key()) < 40 and a.key().replace("-", "").isalnum()
+
+
+def test_local_embedder_shape_norm_and_protocol(minilm: LocalMiniLMEmbedder) -> None:
+    assert isinstance(minilm, EmbeddingProvider)
+    assert minilm.identity == EmbeddingIdentity("local", "all-MiniLM-L6-v2-int8", 384)
+    v = minilm.embed(["one", "two words", "a much longer sentence " * 200])  # truncated, not failing
+    assert v.shape == (3, 384) and v.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert minilm.embed([]).shape == (0, 384)
+
+
+def test_local_embedder_semantics(minilm: LocalMiniLMEmbedder) -> None:
+    cat, cat2, tax = minilm.embed(
+        ["The cat sits on the mat", "A cat is sitting on a mat", "Quarterly tax filing deadline"]
+    )
+    assert cos(cat, cat2) > 0.6
+    assert cos(cat, cat2) > cos(cat, tax) + 0.4
+    tea, drink = minilm.embed(["Morgan prefers green tea.", "What does Morgan like to drink?"])
+    assert cos(tea, drink) > 0.5
+
+
+def test_local_embedder_order_independent_of_batching(minilm: LocalMiniLMEmbedder) -> None:
+    # Internal length-sorting and batching must hand rows back in the caller's order.
+    texts = [f"sentence {'x ' * (i % 7)} number {i}" for i in range(70)]
+    together = minilm.embed(texts)
+    single = np.stack([minilm.embed([t])[0] for t in texts[:5]])
+    np.testing.assert_allclose(together[:5], single, atol=1e-4)
+
+
+def _fake_vector(text: str, dim: int) -> list[float]:
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+    return np.random.default_rng(seed).normal(size=dim).round(6).tolist()
+
+
+class _EmbedServer:
+    """A tiny real HTTP server speaking Ollama /api/embed and OpenAI-style /v1/embeddings."""
+
+    def __init__(self) -> None:
+        self.dim = 8
+        self.requests: list[tuple[str, dict[str, Any], str | None]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append((self.path, body, self.headers.get("Authorization")))
+                inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                vectors = [_fake_vector(t, server.dim) for t in inputs]
+                if self.path == "/api/embed":
+                    payload: Any = {"model": body["model"], "embeddings": vectors}
+                elif self.path == "/v1/embeddings":
+                    # Out of order on purpose: clients must sort by index.
+                    data = [
+                        {"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)
+                    ]
+                    payload = {"object": "list", "data": data[::-1], "model": body["model"]}
+                else:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                raw = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def embed_server() -> Iterator[_EmbedServer]:
+    server = _EmbedServer()
+    yield server
+    server.close()
+
+
+def _expected(texts: list[str], dim: int) -> np.ndarray:
+    v = np.array([_fake_vector(t, dim) for t in texts], dtype=np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_ollama_embedder(embed_server: _EmbedServer) -> None:
+    e = make_embedder("ollama", "nomic-embed-text", 8, embed_server.url)
+    assert isinstance(e, HttpEmbedder) and e.identity == EmbeddingIdentity("ollama", "nomic-embed-text", 8)
+    texts = ["alpha", "beta", "gamma"]
+    np.testing.assert_allclose(e.embed(texts), _expected(texts, 8), atol=1e-6)
+    path, body, auth = embed_server.requests[-1]
+    assert path == "/api/embed" and body == {"model": "nomic-embed-text", "input": texts} and auth is None
+
+
+def test_lmstudio_and_openai_embedders(embed_server: _EmbedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = [f"text {i}" for i in range(5)]
+    lm = make_embedder("lmstudio", "text-embedding-nomic", 8, embed_server.url)
+    np.testing.assert_allclose(lm.embed(texts), _expected(texts, 8), atol=1e-6)
+    path, body, auth = embed_server.requests[-1]
+    assert path == "/v1/embeddings" and "dimensions" not in body and auth is None
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key-123")
+    oa = make_embedder("openai", "text-embedding-3-small", 8, embed_server.url)
+    np.testing.assert_allclose(oa.embed(texts), _expected(texts, 8), atol=1e-6)
+    path, body, auth = embed_server.requests[-1]
+    assert body["dimensions"] == 8 and auth == "Bearer test-key-123"
+
+
+def test_http_embedder_batches(embed_server: _EmbedServer) -> None:
+    e = HttpEmbedder("ollama", "m", 8, embed_server.url, batch_size=4)
+    texts = [f"t{i}" for i in range(10)]
+    np.testing.assert_allclose(e.embed(texts), _expected(texts, 8), atol=1e-6)
+    assert [len(b["input"]) for _, b, _ in embed_server.requests] == [4, 4, 2]
+
+
+def test_http_wrong_dimension_is_typed_error(embed_server: _EmbedServer) -> None:
+    e = make_embedder("ollama", "m", 16, embed_server.url)  # the server answers 8-dim vectors
+    with pytest.raises(EmbeddingError, match="dimension 8"):
+        e.embed(["x"])
+
+
+def test_http_unreachable_or_bad_path_is_typed_error(embed_server: _EmbedServer) -> None:
+    with pytest.raises(EmbeddingError):
+        HttpEmbedder("ollama", "m", 8, embed_server.url + "/nope").embed(["x"])
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(EmbeddingError):
+        HttpEmbedder("ollama", "m", 8, f"http://127.0.0.1:{port}", timeout=2).embed(["x"])
+
+
+def test_make_embedder_validation() -> None:
+    assert isinstance(make_embedder("local", None, None, None), LocalMiniLMEmbedder)
+    with pytest.raises(ValueError):
+        make_embedder("local", "other-model", None, None)
+    with pytest.raises(ValueError):
+        make_embedder("local", None, 768, None)
+    with pytest.raises(ValueError):
+        make_embedder("ollama", None, 768, None)
+    with pytest.raises(ValueError):
+        make_embedder("cohere", "x", 768, None)
+    assert make_embedder("ollama", "nomic-embed-text", None, None).identity.dim == 768
