@@ -8,10 +8,19 @@ is ever started, e.g. after ``tempomem retry``.
 from __future__ import annotations
 
 from temporalio import activity
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.context import StoreContext, utc_now
+from workflows import search_attributes as sa
 from workflows.common import (
     CAPTURE_WORKFLOW,
     SWEEP,
@@ -23,21 +32,73 @@ from workflows.common import (
 
 
 async def start_capture(
-    client: Client, *, task_queue: str, store_id: str, intake_id: str, first_delay_seconds: int = 60
+    client: Client,
+    *,
+    task_queue: str,
+    store_id: str,
+    intake_id: str,
+    tier: str,
+    write_mode: str,
+    first_delay_seconds: int = 60,
 ) -> bool:
-    """Start (or find) the CaptureWorkflow of one record. True when this call started a new run."""
-    handle = await client.start_workflow(
-        CAPTURE_WORKFLOW,
-        CaptureInput(intake_id=intake_id, store_id=store_id, first_delay_seconds=first_delay_seconds),
-        id=capture_workflow_id(intake_id),
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        static_summary=f"capture of intake record {intake_id[:12]}… (store {store_id})",
+    """Start (or find) the CaptureWorkflow of one record. True when this call started a new run.
+
+    Search attributes need registering on the namespace (the worker tries on start); where they are
+    not registered the start is retried without them, so a plain cluster still works.
+    """
+    summary = f"capture {intake_id[:12]}… · {tier} · {write_mode} · store {store_id}"
+    for with_attributes in (True, False):
+        try:
+            handle = await client.start_workflow(
+                CAPTURE_WORKFLOW,
+                CaptureInput(
+                    intake_id=intake_id,
+                    store_id=store_id,
+                    first_delay_seconds=first_delay_seconds,
+                    search_attributes=with_attributes,
+                ),
+                id=capture_workflow_id(intake_id),
+                task_queue=task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                static_summary=summary,
+                static_details="Content-free by design: memory text stays in the intake record on disk.",
+                search_attributes=initial_attributes(store_id, tier, write_mode) if with_attributes else None,
+            )
+        except RPCError as exc:
+            if with_attributes and exc.status is RPCStatusCode.INVALID_ARGUMENT:
+                continue  # search attributes not registered on this namespace
+            raise
+        # The server says whether it started a run or USE_EXISTING found one.
+        response = getattr(handle, "_start_workflow_response", None)
+        return bool(getattr(response, "started", True))
+    raise AssertionError("unreachable")
+
+
+def initial_attributes(store_id: str, tier: str, write_mode: str) -> TypedSearchAttributes:
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(sa.STORE_ID, store_id),
+            SearchAttributePair(sa.TIER, tier),
+            SearchAttributePair(sa.WRITE_MODE, write_mode),
+            SearchAttributePair(sa.STATE, "pending"),
+            SearchAttributePair(sa.ATTEMPT, 0),
+        ]
     )
-    # The server says whether it started a run or USE_EXISTING found one (StartWorkflowExecutionResponse).
-    response = getattr(handle, "_start_workflow_response", None)
-    return bool(getattr(response, "started", True))
+
+
+async def register_search_attributes(client: Client) -> bool:
+    """Register the Tempomem* attributes on the client's namespace. False when not permitted here."""
+    types = {str: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD, int: IndexedValueType.INDEXED_VALUE_TYPE_INT}
+    request = AddSearchAttributesRequest(
+        namespace=client.namespace,
+        search_attributes={key.name: types[key.origin_value_type] for key in sa.ALL},
+    )
+    try:
+        await client.operator_service.add_search_attributes(request)
+    except RPCError as exc:
+        return exc.status is RPCStatusCode.ALREADY_EXISTS
+    return True
 
 
 async def sweep_store(ctx: StoreContext) -> SweepResult:
@@ -52,6 +113,8 @@ async def sweep_store(ctx: StoreContext) -> SweepResult:
             task_queue=ctx.task_queue,
             store_id=ctx.store_id,
             intake_id=intake_id,
+            tier=ctx.tier,
+            write_mode=ctx.write_mode,
             first_delay_seconds=ctx.first_delay_seconds,
         ):
             started += 1

@@ -115,6 +115,8 @@ class MemoryStore:
                     task_queue=self.task_queue,
                     store_id=self.store_id,
                     intake_id=intake_id,
+                    tier=self.config.memory.mode,
+                    write_mode=self.config.memory.write_mode,
                     first_delay_seconds=self.first_delay_seconds,
                 )
             return True, None

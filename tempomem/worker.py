@@ -26,7 +26,7 @@ from activities.context import StoreContext
 from activities.curation import CurationActivities
 from activities.intake_ops import IntakeActivities
 from activities.projection import ProjectionActivities
-from activities.sweep import SweepActivities, sweep_store
+from activities.sweep import SweepActivities, register_search_attributes, sweep_store
 from storage.fence import hold_fence
 from storage.limits import SHUTDOWN_DRAIN_SECONDS
 from workflows.capture import CaptureWorkflow
@@ -105,6 +105,10 @@ async def run_worker(
     ):
         worker = build_worker(client, ctx, executor=executor)
         async with worker:
+            if not await register_search_attributes(client):
+                log.warning(
+                    "search attributes not registered on %s; workflows start without them", client.namespace
+                )
             swept = await sweep_store(ctx)
             log.info("start sweep: %d due, %d started", swept.due, swept.started)
             if schedule:

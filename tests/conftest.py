@@ -17,13 +17,16 @@ from tempomem.config import TempomemConfig, load_config_data
 from tempomem.devserver import temporal_cli
 from tempomem.store import MemoryStore
 from tempomem.worker import run_worker
+from workflows import search_attributes
 
 
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     # Started once per session: the dev server needs seconds to stop (ARCHITECTURE.md, gotchas).
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_cli()), dev_server_log_level="error"
+        dev_server_existing_path=str(temporal_cli()),
+        dev_server_log_level="error",
+        search_attributes=search_attributes.ALL,
     )
     yield env
     await env.shutdown()

@@ -245,3 +245,33 @@ async def test_sweep_schedule_starts_records_admitted_while_temporal_was_away(
             await schedule.delete()
     assert outcome.state == "resolved"
     assert [b.text for _, b in iter_bullets(store.root)] == ["Assistant: The car's MOT is due in April."]
+
+
+async def test_workflow_is_observable_in_the_ui_without_content(client: Client, tmp_path: Path) -> None:
+    from workflows import search_attributes as sa
+    from workflows.common import CaptureStatus
+
+    store = make_store(tmp_path / "mem", client, mode="journal")
+    result = await store.persist_completed_turn(turn("ui-1", "Heron-Paddle-8812 is where the spare key is."))
+    handle = client.get_workflow_handle(capture_workflow_id(result.intake_id), result_type=CaptureOutcome)
+    async with running_worker(client, store):
+        await outcome_of(client, result.intake_id)
+        status = await handle.query("status", result_type=CaptureStatus)
+    assert (status.state, status.attempt, status.stage) == ("resolved", 1, "resolve")
+    description = await handle.describe()
+    attrs = description.typed_search_attributes
+    assert attrs.get(sa.STORE_ID) == store.store_id
+    assert (attrs.get(sa.TIER), attrs.get(sa.WRITE_MODE)) == ("journal", "append-host-summary")
+    assert (attrs.get(sa.STATE), attrs.get(sa.ATTEMPT)) == ("resolved", 1)
+    summary = await description.static_summary()
+    assert summary and "journal" in summary and "Heron" not in summary
+    # The UI's list filter finds it by store and state.
+    query = f"TempomemStoreId = '{store.store_id}' AND TempomemState = 'resolved'"
+    found = [w.id async for w in client.list_workflows(query)]
+    # Visibility is eventually consistent: poll briefly.
+    for _ in range(50):
+        if found:
+            break
+        await asyncio.sleep(0.2)
+        found = [w.id async for w in client.list_workflows(query)]
+    assert found == [capture_workflow_id(result.intake_id)]

@@ -22,7 +22,11 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 def test_histories_are_checked_in() -> None:
     names = {p.stem for p in HISTORIES}
-    assert {"capture_lite_resolved", "capture_lite_retry_then_resolved"} <= names
+    assert {
+        "capture_lite_resolved",
+        "capture_lite_retry_then_resolved",
+        "capture_lite_retry_search_attributes",
+    } <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
+    from workflows import search_attributes as sa
     from workflows.common import (
         BEGIN_ATTEMPT,
         DEAD_LETTER,
@@ -59,6 +60,14 @@ class CaptureWorkflow:
         self._attempt = 0
         self._stage = "begin"
         self._last_failure: str | None = None
+        self._publish_attributes = False
+
+    def _publish(self) -> None:
+        """Mirror attempt and state into search attributes (content-free) so the UI can filter on them."""
+        if self._publish_attributes:
+            workflow.upsert_search_attributes(
+                [sa.STATE.value_set(self._state), sa.ATTEMPT.value_set(self._attempt)]
+            )
 
     @workflow.query(name="status")
     def status(self) -> CaptureStatus:
@@ -67,17 +76,21 @@ class CaptureWorkflow:
     @workflow.run
     async def run(self, inp: CaptureInput) -> CaptureOutcome:
         self._intake_id = inp.intake_id
+        # Versioned change: histories recorded before search attributes replay without the upserts.
+        self._publish_attributes = inp.search_attributes and workflow.patched("search-attributes-v1")
         ref = RecordRef(inp.intake_id, inp.store_id)
         while True:
             info: AttemptInfo = await self._short(BEGIN_ATTEMPT, ref, AttemptInfo)
             self._attempt = info.attempt
             if not info.pending:
                 self._state = "not_pending"
+                self._publish()
                 return CaptureOutcome(inp.intake_id, "not_pending", info.attempt, 0)
             final_attempt = info.attempt >= RETRY_MAX_ATTEMPTS
             if info.attempt > RETRY_MAX_ATTEMPTS:
                 return await self._dead_letter(ref, info.attempt, self._last_failure or "unknown")
             self._state = "running"
+            self._publish()
             try:
                 lines = await self._attempt_once(ref, info, final_attempt)
             except ActivityError as err:
@@ -91,9 +104,13 @@ class CaptureWorkflow:
                 )
                 self._state = "waiting"
                 self._stage = "backoff"
-                await workflow.sleep(timedelta(seconds=delay))
+                self._publish()
+                await workflow.sleep(
+                    timedelta(seconds=delay), summary="durable backoff before the next attempt"
+                )
                 continue
             self._state = "resolved"
+            self._publish()
             return CaptureOutcome(inp.intake_id, "resolved", info.attempt, lines)
 
     async def _attempt_once(self, ref: RecordRef, info: AttemptInfo, final_attempt: bool) -> int:
@@ -128,6 +145,7 @@ class CaptureWorkflow:
         self._stage = "dead_letter"
         await self._short(DEAD_LETTER, FailureInput(ref.intake_id, ref.store_id, category, 0), None)
         self._state = "dead"
+        self._publish()
         return CaptureOutcome(ref.intake_id, "dead", attempt, 0)
 
     async def _short(self, name: str, arg: object, result_type: type | None) -> object:

@@ -33,6 +33,8 @@ class CaptureInput:
     store_id: str
     # Scales the AMB-10 schedule; 60 s in production, a few seconds in tests.
     first_delay_seconds: int = 60
+    # True when the namespace has the Tempomem* search attributes registered (older inputs lack it).
+    search_attributes: bool = False
 
 
 @dataclass(frozen=True)

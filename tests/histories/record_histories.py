@@ -1,13 +1,15 @@
 """Record the CaptureWorkflow histories that ``tests/test_replay.py`` replays.
 
 Run after a deliberate, versioned workflow change (with ``workflow.patched``), never to paper over a
-replay failure:  python -m tests.histories.record_histories
+replay failure, and only for new names — old histories must keep replaying:
+    python -m tests.histories.record_histories NAME ...
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from storage.turn import CompletedTurn
 from tempomem.devserver import temporal_cli
 from tests.conftest import make_store, running_worker
+from workflows import search_attributes
 from workflows.common import CaptureOutcome, capture_workflow_id
 
 HERE = Path(__file__).parent
@@ -50,14 +53,25 @@ async def record(env: WorkflowEnvironment, name: str, *, fail_first: bool) -> No
     print(f"{name}: {outcome}")
 
 
-async def main() -> None:
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(temporal_cli()))
+RECORDINGS = {
+    # Recorded before search attributes existed: they prove the workflow.patched path replays.
+    "capture_lite_resolved": False,
+    "capture_lite_retry_then_resolved": True,
+    # Recorded with search attributes registered (patch "search-attributes-v1" taken).
+    "capture_lite_retry_search_attributes": True,
+}
+
+
+async def main(names: list[str]) -> None:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli()), search_attributes=search_attributes.ALL
+    )
     try:
-        await record(env, "capture_lite_resolved", fail_first=False)
-        await record(env, "capture_lite_retry_then_resolved", fail_first=True)
+        for name in names:
+            await record(env, name, fail_first=RECORDINGS[name])
     finally:
         await env.shutdown()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[1:] or list(RECORDINGS)))
