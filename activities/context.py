@@ -30,14 +30,13 @@ class StoreContext:
     client: Client | None = None  # the sweeper starts workflows through it
     first_delay_seconds: int = 60
     store_id: str = field(init=False)
+    # One Intake per context, so a SnapshotPublisher attached to it sees every transition.
+    intake: Intake = field(init=False)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
         self.store_id = store_id(self.root)
-
-    @property
-    def intake(self) -> Intake:
-        return Intake(self.root)
+        self.intake = Intake(self.root)
 
     def check(self, requested_store_id: str) -> None:
         if requested_store_id != self.store_id:

@@ -1,8 +1,15 @@
-"""Run blocking store work in a thread while heartbeating, so a dead worker is noticed in seconds."""
+"""Run blocking store work off the event loop while heartbeating, so a dead worker is noticed in seconds.
+
+The work runs on a daemon thread, not the loop's default executor: a provider call that ignores
+cancellation must not keep a stopping worker (or its process) from returning (INTAKE-16, INTAKE-17).
+Whatever the abandoned thread still writes is atomic and idempotent, and the record stays pending.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -13,9 +20,28 @@ HEARTBEAT_EVERY_SECONDS = 2.0
 
 
 async def run_blocking(fn: Callable[[], T]) -> T:
-    task = asyncio.ensure_future(asyncio.to_thread(fn))
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def target() -> None:
+        try:
+            result, error = fn(), None
+        except BaseException as exc:
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop may be gone after an abandoned stop
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=target, name="tempomem-blocking", daemon=True).start()
     while True:
-        done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
+        done, _ = await asyncio.wait({future}, timeout=HEARTBEAT_EVERY_SECONDS)
         if done:
-            return task.result()
+            return future.result()
         activity.heartbeat()

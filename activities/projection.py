@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -21,7 +23,13 @@ class ProjectionActivities:
     @activity.defn(name=PROJECT)
     async def project(self, ref: RecordRef) -> ProjectionResult:
         self.ctx.check(ref.store_id)
-        return await run_blocking(lambda: self._project(ref))
+        try:
+            return await run_blocking(lambda: self._project(ref))
+        except asyncio.CancelledError:
+            if activity.is_worker_shutdown():
+                # INTAKE-16: the drain deadline passed; this attempt is abandoned, the record stays pending.
+                raise _failure(FailureCategory.SHUTDOWN_ABORT, TimeoutError()) from None
+            raise
 
     def _project(self, ref: RecordRef) -> ProjectionResult:
         from recall.embedding import EmbeddingError

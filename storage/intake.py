@@ -18,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -236,6 +238,15 @@ class Intake:
         self.pending_dir = self.base / "pending"
         self.dead_dir = self.base / "dead"
         self.resolved_dir = self.base / "resolved"
+        # Called after every durable transition (a SnapshotPublisher sets it); it must never raise into one.
+        self.on_transition: Callable[[], None] | None = None
+
+    def _transitioned(self) -> None:
+        if self.on_transition is not None:
+            try:
+                self.on_transition()
+            except Exception:  # INTAKE-32: notification failures never roll back a transition
+                logging.getLogger("tempomem.intake").warning("transition notification failed")
 
     # -- layout -------------------------------------------------------------------------------------
     def ensure_layout(self) -> None:
@@ -275,9 +286,12 @@ class Intake:
         record_id = _check_id(payload.id)
         with self._lock():
             try:
-                return self._admit_locked(record_id, data, digest)
+                outcome = self._admit_locked(record_id, data, digest)
             except LedgerIntegrityError as exc:
                 raise IntakeIntegrityError(str(exc)) from exc
+        if outcome == "admitted":
+            self._transitioned()
+        return outcome
 
     def _admit_locked(self, record_id: str, data: bytes, digest: str) -> Literal["admitted", "duplicate"]:
         ledger = self.ledger
@@ -448,7 +462,8 @@ class Intake:
                 }
             )
             self._write_state(self.pending_dir, record_id, proc)
-            return proc
+        self._transitioned()
+        return proc
 
     def record_failure(
         self, record_id: str, category: FailureCategory, *, retry_in: timedelta, now: datetime
@@ -465,7 +480,8 @@ class Intake:
                 }
             )
             self._write_state(self.pending_dir, record_id, proc)
-            return proc
+        self._transitioned()
+        return proc
 
     def dead_letter(self, record_id: str, category: FailureCategory, *, now: datetime) -> None:
         """Budget exhausted (INTAKE-13): move payload and state to dead/, durably."""
@@ -486,6 +502,7 @@ class Intake:
             fsync_dir(self.dead_dir)
             _unlink_quiet(self._state_path(self.pending_dir, record_id))
             fsync_dir(self.pending_dir)
+        self._transitioned()
 
     def resolve(
         self,
@@ -520,7 +537,8 @@ class Intake:
             _unlink_quiet(folder / record_id)
             fsync_dir(folder)
             self._prune_receipts()
-            return receipt
+        self._transitioned()
+        return receipt
 
     def retry(self, record_id: str, *, now: datetime) -> bool:
         """CLI-04: make dead or delayed work due again, with a fresh attempt budget. False = no-op."""
@@ -548,7 +566,8 @@ class Intake:
                 fsync_dir(self.pending_dir)
                 _unlink_quiet(self._state_path(self.dead_dir, record_id))
                 fsync_dir(self.dead_dir)
-            return True
+        self._transitioned()
+        return True
 
     def operator_resolve(self, record_id: str, reason: str, *, now: datetime) -> bool:
         """CLI-05: accept the loss as ``operator_resolved``. False when already resolved (no-op)."""

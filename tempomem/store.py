@@ -12,6 +12,7 @@ from activities.context import StoreContext
 from activities.sweep import start_capture
 from storage.admission_rules import skip_reason
 from storage.intake import Intake, build_payload
+from storage.snapshot import Sink, SnapshotPublisher
 from storage.store_ref import store_id, task_queue
 from storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 from tempomem.config import TempomemConfig
@@ -62,6 +63,7 @@ class MemoryStore:
         base_dir: Path | None = None,
         client: Client | None = None,
         first_delay_seconds: int = 60,
+        snapshot_sinks: list[Sink] | None = None,
     ) -> None:
         if config.memory.write_mode == "capture":
             raise CaptureUnavailableError(
@@ -73,6 +75,8 @@ class MemoryStore:
         self.store_id = store_id(self.root)
         self.task_queue = config.temporal.task_queue or task_queue(self.root)
         self.intake = Intake(self.root)
+        # INTAKE-31: republish the content-free snapshot right after each admission.
+        self.publisher = SnapshotPublisher(self.intake, snapshot_sinks)
         self.first_delay_seconds = first_delay_seconds
         self._client = client
         self._start_blocked_until = 0.0
@@ -137,6 +141,10 @@ class MemoryStore:
                 temporal.address, namespace=temporal.namespace, api_key=temporal.api_key, tls=temporal.tls
             )
         return self._client
+
+    def close(self) -> None:
+        """Stop the snapshot publisher (flushes what is pending)."""
+        self.publisher.close()
 
     def worker_context(self, client: Client | None = None) -> StoreContext:
         """Everything a worker of this store needs (see ``tempomem.worker.run_worker``)."""

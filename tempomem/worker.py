@@ -29,6 +29,7 @@ from activities.projection import ProjectionActivities
 from activities.sweep import SweepActivities, register_search_attributes, sweep_store
 from storage.fence import hold_fence
 from storage.limits import SHUTDOWN_DRAIN_SECONDS
+from storage.snapshot import Sink, SnapshotPublisher
 from workflows.capture import CaptureWorkflow
 from workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
 from workflows.sweep import IntakeSweepWorkflow
@@ -94,10 +95,30 @@ async def ensure_sweep_schedule(client: Client, ctx: StoreContext) -> bool:
 
 
 async def run_worker(
-    client: Client, ctx: StoreContext, *, stop: asyncio.Event, schedule: bool = True
+    client: Client,
+    ctx: StoreContext,
+    *,
+    stop: asyncio.Event,
+    schedule: bool = True,
+    snapshot_sinks: list[Sink] | None = None,
 ) -> SweepResult:
-    """Run until ``stop`` is set; shutdown drains for up to 10 s (INTAKE-16). Returns the start sweep."""
+    """Run until ``stop`` is set; shutdown drains for up to 10 s (INTAKE-16). Returns the start sweep.
+
+    Snapshots of the intake are republished after every transition this worker makes (INTAKE-31),
+    including the shutdown state.
+    """
     ctx.client = client
+    publisher = SnapshotPublisher(ctx.intake, snapshot_sinks)
+    try:
+        return await _run(client, ctx, stop=stop, schedule=schedule, publisher=publisher)
+    finally:
+        publisher.set_shutdown("stopped")
+        publisher.close()
+
+
+async def _run(
+    client: Client, ctx: StoreContext, *, stop: asyncio.Event, schedule: bool, publisher: SnapshotPublisher
+) -> SweepResult:
     # One worker owns a memory root; the fence also keeps operator commands off a live store (AMB-02).
     with (
         hold_fence(ctx.root, what="second worker"),
@@ -113,5 +134,7 @@ async def run_worker(
             log.info("start sweep: %d due, %d started", swept.due, swept.started)
             if schedule:
                 await ensure_sweep_schedule(client, ctx)
+            publisher.notify()
             await stop.wait()
+            publisher.set_shutdown("draining")
     return swept
