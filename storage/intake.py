@@ -498,6 +498,11 @@ class Intake:
                 }
             )
             self._write_state(self.dead_dir, record_id, proc)
+            if os.path.lexists(self._plan_path(self.pending_dir, record_id)):
+                # The retained plan dies with the record and comes back with ``retry`` (CAP-75).
+                os.replace(
+                    self._plan_path(self.pending_dir, record_id), self._plan_path(self.dead_dir, record_id)
+                )
             os.replace(self.pending_dir / record_id, self.dead_dir / record_id)
             fsync_dir(self.dead_dir)
             _unlink_quiet(self._state_path(self.pending_dir, record_id))
@@ -534,6 +539,7 @@ class Intake:
                 self.resolved_dir / f"{record_id}.receipt.json", canonical_json(receipt.model_dump())
             )
             _unlink_quiet(self._state_path(folder, record_id))
+            _unlink_quiet(self._plan_path(folder, record_id))
             _unlink_quiet(folder / record_id)
             fsync_dir(folder)
             self._prune_receipts()
@@ -562,6 +568,11 @@ class Intake:
             )
             self._write_state(self.pending_dir, record_id, proc)
             if state is RecordState.DEAD:
+                if os.path.lexists(self._plan_path(self.dead_dir, record_id)):
+                    os.replace(
+                        self._plan_path(self.dead_dir, record_id),
+                        self._plan_path(self.pending_dir, record_id),
+                    )
                 os.replace(self.dead_dir / record_id, self.pending_dir / record_id)
                 fsync_dir(self.pending_dir)
                 _unlink_quiet(self._state_path(self.dead_dir, record_id))
@@ -596,6 +607,35 @@ class Intake:
             _unlink_quiet(self.resolved_dir / name)
         fsync_dir(self.resolved_dir)
         return excess
+
+    # -- retained capture plan (CAP-75) ------------------------------------------------------------
+    def _plan_path(self, folder: Path, record_id: str) -> Path:
+        return folder / f"{record_id}.plan.json"
+
+    def save_plan(self, record_id: str, data: bytes, *, now: datetime) -> None:
+        """Keep the validated capture plan with the pending record: a retry never calls the model for it."""
+        if len(data) > MAX_RECORD_BYTES:
+            raise IntakeError(f"capture plan is {len(data)} bytes, more than {MAX_RECORD_BYTES}")
+        with self._lock():
+            if self._locate(record_id) is not RecordState.PENDING:
+                raise UnknownRecordError(f"intake record {record_id} is not pending")
+            atomic_write(self._plan_path(self.pending_dir, record_id), data)
+            proc = self._load_state(self.pending_dir, record_id)
+            if not proc.retained_plan:
+                proc = proc.model_copy(
+                    update={
+                        "retained_plan": True,
+                        "revision": proc.revision + 1,
+                        "updated_at": format_instant(now),
+                    }
+                )
+                self._write_state(self.pending_dir, record_id, proc)
+
+    def load_plan(self, record_id: str) -> bytes | None:
+        path = self._plan_path(self.pending_dir, record_id)
+        if not os.path.lexists(path):
+            return None
+        return self._read(path)
 
     def _write_state(self, folder: Path, record_id: str, proc: ProcessingState) -> None:
         atomic_write(self._state_path(folder, record_id), canonical_json(proc.model_dump(mode="json")))
