@@ -77,14 +77,14 @@ def host_summary(turn: CompletedTurn) -> str:
     return f"{_SUMMARY_PREFIX[source_label(turn)]}: {answer}"
 
 
-def capture_text(turn: CompletedTurn) -> str:
-    """The text capture curates (WM-04). Trigger prompts never enter memory (WM-11).
+def capture_parts(turn: CompletedTurn) -> tuple[str | None, str]:
+    """What capture curates (WM-04): the owner's text, if any, and the assistant answer.
 
-    For cron/webhook turns only the assistant answer is kept; the source label travels separately.
-    Otherwise the host-approved capture text, or the owner's text and the answer when none was given.
+    Trigger prompts never enter memory (WM-11): cron/webhook turns keep the answer only, and their honest
+    source label travels separately (WM-12). A host-approved capture text replaces the raw user text
+    (HOST-05).
     """
     if turn.trigger_kind != "none":
-        return turn.final_answer
-    if turn.capture_text is not None:
-        return turn.capture_text
-    return f"User: {turn.user_text}\nAssistant: {turn.final_answer}"
+        return None, turn.final_answer
+    user = turn.capture_text if turn.capture_text is not None else turn.user_text
+    return (user or None), turn.final_answer

@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from storage.admission_rules import SourceLabel, WriteMode, capture_text, host_summary, source_label
+from storage.admission_rules import SourceLabel, WriteMode, capture_parts, host_summary, source_label
 from storage.fsio import (
     UnsafePathError,
     atomic_write,
@@ -115,7 +115,9 @@ class IntakePayload(BaseModel):
     source_label: SourceLabel
     conversation_id: str
     summary: str
-    capture_text: str | None = None
+    # writeMode "capture" only: the owner's (approved) text and the assistant answer, bounded (AMB-12).
+    capture_user_text: str | None = None
+    capture_answer: str | None = None
 
 
 class ProcessingState(BaseModel):
@@ -206,27 +208,33 @@ def build_payload(turn: CompletedTurn, *, write_mode: WriteMode, tier: Tier) -> 
         source_label=source_label(turn),
         conversation_id=turn.conversation_id,
         summary=host_summary(turn),
-        capture_text=capture_text(turn) if write_mode == "capture" else None,
     )
+    if write_mode == "capture":
+        user_text, answer = capture_parts(turn)
+        payload = payload.model_copy(update={"capture_user_text": user_text, "capture_answer": answer})
     return _fit_record(payload)
 
 
 def _fit_record(payload: IntakePayload) -> IntakePayload:
-    """AMB-12: truncate capture text at a UTF-8 boundary, with a marker, so the record stays ≤ 640 KiB."""
+    """AMB-12: truncate capture text at a UTF-8 boundary, with a marker, so the record stays ≤ 640 KiB.
+
+    The owner's text is cut first, then the answer; the cut is deterministic, so a retried admission of
+    the same turn is byte-identical (INTAKE-03).
+    """
+    for field in ("capture_user_text", "capture_answer"):
+        size = len(canonical_json(payload.model_dump()))
+        text = getattr(payload, field)
+        # JSON escaping can make a byte cost more than one; shrink until it fits (a few rounds at most).
+        while size > MAX_RECORD_BYTES and text:
+            excess = size - MAX_RECORD_BYTES + len(TRUNCATION_MARKER.encode())
+            raw = text.encode("utf-8")
+            text = raw[: max(0, len(raw) - excess)].decode("utf-8", errors="ignore")
+            payload = payload.model_copy(update={field: text + TRUNCATION_MARKER})
+            size = len(canonical_json(payload.model_dump()))
     size = len(canonical_json(payload.model_dump()))
-    if size <= MAX_RECORD_BYTES:
-        return payload
-    if payload.capture_text is None:
+    if size > MAX_RECORD_BYTES:
         raise IntakeError(f"record is {size} bytes, more than {MAX_RECORD_BYTES}")
-    text = payload.capture_text
-    # JSON escaping can make a byte cost more than one; shrink until it fits (a few rounds at most).
-    while size > MAX_RECORD_BYTES and text:
-        excess = size - MAX_RECORD_BYTES + len(TRUNCATION_MARKER.encode())
-        raw = text.encode("utf-8")
-        text = raw[: max(0, len(raw) - excess)].decode("utf-8", errors="ignore")
-        candidate = payload.model_copy(update={"capture_text": text + TRUNCATION_MARKER})
-        size = len(canonical_json(candidate.model_dump()))
-    return candidate
+    return payload
 
 
 class Intake:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage import intake as intake_module
-from storage.admission_rules import capture_text, host_summary, is_no_op_answer, skip_reason
+from storage.admission_rules import capture_parts, host_summary, is_no_op_answer, skip_reason
 from storage.intake import (
     Intake,
     IntakeCapacityError,
@@ -95,7 +95,7 @@ def test_wm11_trigger_prompt_never_stored() -> None:
     raw = intake_module.canonical_json(payload.model_dump()).decode()
     assert "SECRET-TRIGGER-PROMPT" not in raw
     assert payload.source_label == "scheduled-task"  # WM-12
-    assert payload.capture_text == "Digest: 3 new items."
+    assert (payload.capture_user_text, payload.capture_answer) == (None, "Digest: 3 new items.")
     assert payload.summary.startswith("Scheduled task, assistant: ")
 
 
@@ -113,9 +113,13 @@ def test_summary_cannot_open_a_markdown_metadata_comment() -> None:
     assert "<!--" not in summary and "-->" not in summary
 
 
-def test_capture_text_defaults_to_user_and_answer() -> None:
-    assert capture_text(turn()) == "User: I moved to Lisbon\nAssistant: Noted: you live in Lisbon now."
-    assert capture_text(turn(capture_text="approved")) == "approved"
+def test_capture_parts_owner_text_and_answer() -> None:
+    assert capture_parts(turn()) == ("I moved to Lisbon", "Noted: you live in Lisbon now.")
+    assert capture_parts(turn(capture_text="approved")) == (
+        "approved",
+        "Noted: you live in Lisbon now.",
+    )  # HOST-05
+    assert capture_parts(turn(user_text="")) == (None, "Noted: you live in Lisbon now.")
 
 
 def test_intake02_file_name_is_sha256_of_run_id(tmp_path: Path) -> None:
@@ -192,7 +196,8 @@ def test_amb12_capture_text_truncation_is_deterministic(tmp_path: Path) -> None:
     data = intake_module.canonical_json(first.model_dump())
     assert len(data) <= MAX_RECORD_BYTES
     assert data == intake_module.canonical_json(second.model_dump())
-    assert first.capture_text is not None and first.capture_text.endswith(intake_module.TRUNCATION_MARKER)
+    assert first.capture_user_text is not None
+    assert first.capture_user_text.endswith(intake_module.TRUNCATION_MARKER)
     intake = Intake(tmp_path / "mem")
     assert intake.admit(first) == "admitted"
     assert intake.admit(second) == "duplicate"
