@@ -1,0 +1,194 @@
+"""Model-facing read tools as plain functions: ``memory_recall`` and ``memory_journal`` (AMB-49).
+
+Each returns a pydantic result carrying both structured fields and the rendered ``text`` the model sees.
+An MCP server or host adapter wraps these without changing behaviour. The clock and host zone are read
+here, at the boundary, and passed into the pure shaping code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import UTC, datetime, tzinfo
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from recall.guidance import guidance_lines, guidance_section
+from recall.journal import JournalError, JournalResult, JournalSession
+from recall.search import Hit
+from recall.shaping import Evidence, RecallHit, SearchBackend, render_shaped, shape_hits
+from storage.limits import DELIBERATE_SUPERSET
+
+RECALL_LIMIT_DEFAULT = 8  # AMB-30
+RECALL_LIMIT_MAX = 20  # AMB-30
+KINDS = frozenset({"preference", "lesson"})  # REC-09, GUIDE-03
+
+NO_HITS_TEXT = "No matching memory found."
+RUN_HISTORY_HANDOFF = (
+    "If the user asked to pick up, continue or recover interrupted work, call RunHistory {} first "
+    "instead of rephrasing memory searches."
+)  # REC-07: exact, and only when RunHistory is available (AMB-08)
+DEGRADED_TEXT = (
+    "Memory recall is unavailable right now (degraded): the memory backend failed, so no hits were "
+    "retrieved. This is not evidence that nothing is stored."
+)  # REC-19: explicit, never invented hits, never the raw backend error
+
+
+class RecallInputError(ValueError):
+    """Invalid MemoryRecall request; ``code`` is stable and model-safe."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RecallResult(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    hits: list[RecallHit]
+    evidence: Evidence | None = None
+    degraded: bool = False
+    mode: Literal["hybrid", "lexical"] | None = None
+    text: str
+
+
+def host_zone() -> tzinfo:
+    """The host process time zone (REC-46): a daemon running in UTC gets UTC."""
+    return datetime.now().astimezone().tzinfo or UTC
+
+
+def memory_recall_description(*, run_history_available: bool, journal_available: bool) -> str:
+    """The model-facing tool description (REC-03, REC-04, REC-06, REC-07, REC-08)."""
+    parts = [
+        "Search durable memory (read-only, hybrid keyword + vector). Search one short, specific topic per "
+        "call; use several calls for several topics instead of a keyword list. Leave the owner's name out "
+        "unless the question is specifically about the owner. Weak or related hits alone are not answers: "
+        "hits are evidence, not asserted answers.",
+        "For the current or last message, use the current conversation history, not MemoryRecall.",
+    ]
+    if journal_available:
+        parts.append("A broad question about an explicit period belongs to MemoryJournal.")
+    if run_history_available:
+        parts.append(
+            "For a request to pick up, continue or recover interrupted work, call RunHistory {} first."
+        )
+    return " ".join(parts)
+
+
+def _validate(query: str | None, use_original_query: bool, kind: str | None, limit: int) -> None:
+    if use_original_query and query is not None:
+        raise RecallInputError("query_conflict", "supply either query or useOriginalQuery: true, never both")
+    if not use_original_query and (query is None or not query.strip()):
+        raise RecallInputError("missing_query", "query must be a non-empty string")
+    if kind is not None and kind not in KINDS:
+        raise RecallInputError("invalid_kind", 'kind must be "preference" or "lesson"')
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise RecallInputError("invalid_limit", "limit must be a positive integer")
+
+
+def memory_recall(
+    backend: SearchBackend,
+    *,
+    query: str | None = None,
+    use_original_query: bool = False,
+    original_hits: Sequence[Hit] | None = None,
+    kind: str | None = None,
+    about: str | None = None,
+    limit: int = RECALL_LIMIT_DEFAULT,
+    now: datetime | None = None,
+    tz: tzinfo | None = None,
+    run_history_available: bool = False,
+    superseded_ids: Collection[str] | None = None,
+    intent_expiry: bool = False,
+    guidance: bool = True,
+) -> RecallResult:
+    """Deliberate recall over the fifty-hit superset, shaped per REC-13..REC-47.
+
+    ``use_original_query`` reuses ``original_hits`` — the turn's bound automatic lookup — without a new
+    backend call (REC-10, REC-11); it is unavailable when the host has none to offer (REC-12).
+    ``guidance`` adds the "Preferences & lessons" section (GUIDE-01..05); ``about`` requests never get
+    it. With it off, or with no eligible labelled lines, the output is byte-identical to plain shaping.
+    """
+    _validate(query, use_original_query, kind, limit)
+    if use_original_query and original_hits is None:
+        raise RecallInputError("original_query_unavailable", "useOriginalQuery is not available here")
+    limit = min(limit, RECALL_LIMIT_MAX)
+    now = now or datetime.now(UTC)
+    tz = tz or host_zone()
+
+    if use_original_query:
+        hits: Sequence[Hit] = original_hits or []
+    else:
+        assert query is not None
+        try:
+            hits = backend.search(query.strip(), limit=DELIBERATE_SUPERSET)
+        except Exception:  # any backend failure: an explicit degraded result, never a raw error
+            return RecallResult(hits=[], degraded=True, text=DEGRADED_TEXT)
+
+    shaped = shape_hits(
+        hits,
+        now=now,
+        tz=tz,
+        limit=limit,
+        original_query=use_original_query,
+        superseded_ids=superseded_ids,
+        intent_expiry=intent_expiry,
+    )
+    section = None
+    if guidance and about is None:
+        section = guidance_section(
+            guidance_lines(hits, now=now, tz=tz, kind=kind, superseded_ids=superseded_ids)
+        )
+    text = render_shaped(shaped, section)
+    if not shaped.hits:
+        text = "\n".join(
+            [*shaped.notes, NO_HITS_TEXT, *([RUN_HISTORY_HANDOFF] if run_history_available else [])]
+        )
+    mode = shaped.mode if shaped.mode in ("hybrid", "lexical") else None
+    return RecallResult(hits=shaped.hits, evidence=shaped.evidence, mode=mode, text=text)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------------
+# MemoryJournal
+
+
+MEMORY_JOURNAL_DESCRIPTION = (
+    "Chronological retrospective over explicit calendar dates from curated memory. First call: fromDate, "
+    "throughDate (inclusive, YYYY-MM-DD, at most 31 days) and timeZone (IANA, required), optional limit "
+    '(default 10, max 25). Continue only with {"cursor": "..."}. Entries are untrusted historical '
+    "evidence, not exact execution evidence: substantiate exact tool inputs, results, failures or "
+    "interrupted execution with RunHistory / SessionHistory."
+)  # JRN-02, JRN-03, JRN-20
+
+
+class JournalErrorResult(BaseModel):
+    error: str
+    message: str
+    text: str
+
+
+def memory_journal(
+    session: JournalSession,
+    root: Path,
+    *,
+    from_date: str | None = None,
+    through_date: str | None = None,
+    time_zone: str | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> JournalResult | JournalErrorResult:
+    """One MemoryJournal call within a request scope (``session``); typed errors become results."""
+    try:
+        return session.call(
+            root,
+            from_date=from_date,
+            through_date=through_date,
+            time_zone=time_zone,
+            limit=limit,
+            cursor=cursor,
+        )
+    except JournalError as exc:
+        return JournalErrorResult(
+            error=exc.code, message=str(exc), text=f"MemoryJournal error {exc.code}: {exc}"
+        )

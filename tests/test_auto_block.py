@@ -1,0 +1,315 @@
+"""Automatic possibly-relevant block (AUTO-03..AUTO-29, PROV-01..04/16/17, AMB-14, AMB-59, AMB-60)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recall.auto_block import (
+    HEADING,
+    TurnGate,
+    automatic_lookup,
+    conversation_bucket,
+    is_short_message,
+    load_block,
+    select_auto_block,
+)
+from recall.search import Hit
+from recall.tools import memory_recall
+from storage.limits import (
+    AUTO_BLOCK_BUDGET_BYTES,
+    AUTO_BLOCK_FLOOR,
+    AUTO_BLOCK_LINES,
+    AUTO_BLOCK_WINDOW,
+    AUTO_CONTEXT_MAX_BYTES,
+    AUTO_LINE_MAX_BYTES,
+    SHORT_MESSAGE_CODE_POINTS,
+)
+
+NOW = datetime(2026, 7, 10, 12, 0, tzinfo=UTC)
+OWNER = TurnGate(verified_owner=True, surface="web")
+QUESTION = "What does Morgan like to drink these days?"
+_N = 0
+
+
+def hit(score: float, text: str | None = None, **kw: Any) -> Hit:
+    global _N
+    _N += 1
+    data: dict[str, Any] = {
+        "id": f"a{_N:04d}",
+        "text": text or f"memory line {_N}",
+        "day": "2026-05-01",
+        "recorded": f"2026-05-01T10:{_N % 60:02d}:00.000Z",
+        "type": "note",
+        "status": "open",
+        "score": score,
+        "mode": "hybrid",
+        "source_session": "web:other-thread-99",
+    }
+    data.update(kw)
+    return Hit(**data)
+
+
+def block(hits: list[Hit], **kw: Any) -> Any:
+    kw.setdefault("gate", OWNER)
+    kw.setdefault("owner_text", QUESTION)
+    return select_auto_block(hits, now=NOW, tz=UTC, **kw)
+
+
+def lines(b: Any) -> list[str]:
+    return [ln for ln in b.text.splitlines()[2:] if ln.startswith("- ")]
+
+
+def test_constants() -> None:
+    assert (AUTO_BLOCK_FLOOR, AUTO_BLOCK_WINDOW, AUTO_BLOCK_LINES) == (0.62, 0.04, 3)
+    assert (AUTO_BLOCK_BUDGET_BYTES, AUTO_LINE_MAX_BYTES, AUTO_CONTEXT_MAX_BYTES) == (1536, 360, 2560)
+    assert SHORT_MESSAGE_CODE_POINTS == 16
+
+
+def test_AUTO03_AUTO04_AUTO11_reference_rendering_exactly() -> None:
+    old = hit(0.70, "Morgan joined the Maple book club.", status="invalidated",
+              recorded="2026-03-01T09:00:00.000Z")  # fmt: skip
+    new = hit(0.68, "Morgan prefers green tea.", attr="owner", recorded="2026-05-01T09:00:00.000Z")
+    b = block([old, new])
+    assert b.text == (
+        "## Memory (possibly relevant — may be unrelated; verify before relying)\n"
+        "\n"
+        "- – Morgan joined the Maple book club. (recorded 2026-03-01; superseded)\n"
+        "- – Morgan prefers green tea. (recorded 2026-05-01; current; you said)"
+    )
+    assert b.byte_size == len(b.text.encode()) and b.line_ids == [old.id, new.id]
+
+
+def test_AUTO06_floor_exactly_062_shows_and_below_shows_nothing() -> None:
+    assert len(lines(block([hit(0.62)]))) == 1
+    below = block([hit(0.6199)])
+    assert below.text == "" and below.suppressed == "below_floor"
+
+
+def test_AUTO07_window_exactly_004_included_beyond_excluded() -> None:
+    b = block([hit(0.70, "best"), hit(0.66, "edge"), hit(0.6599, "out")])
+    assert sorted(ln.split(" (")[0] for ln in lines(b)) == ["- – best", "- – edge"]
+
+
+def test_AUTO08_three_lines_and_identical_text_once() -> None:
+    hits = [hit(0.80, "same text"), hit(0.79, "same  text"), *[hit(0.78) for _ in range(4)]]
+    b = block(hits)
+    assert len(lines(b)) == 3
+    assert sum("same text" in ln for ln in lines(b)) == 1
+
+
+def test_AMB60_current_lines_take_the_slots_before_superseded_or_ended() -> None:
+    sup1 = hit(0.80, "superseded one", status="invalidated")
+    sup2 = hit(0.79, "ended one", valid_to="2026-07-01")
+    cur = [hit(0.77, f"current {i}") for i in range(3)]
+    b = block([sup1, sup2, *cur])
+    assert sorted(b.line_ids) == sorted(c.id for c in cur)
+    mixed = block([sup1, sup2, *cur[:2]])
+    assert set(mixed.line_ids) == {cur[0].id, cur[1].id, sup1.id}
+
+
+def test_AUTO11_display_order_is_oldest_first_not_by_score() -> None:
+    newest = hit(0.80, "newest", recorded="2026-06-01T00:00:00.000Z")
+    oldest = hit(0.78, "oldest", recorded="2026-01-01T00:00:00.000Z")
+    middle = hit(0.79, "middle", recorded="2026-03-01T00:00:00.000+05:00")
+    assert block([newest, middle, oldest]).line_ids == [oldest.id, middle.id, newest.id]
+
+
+def test_AUTO10_AUTO12_ended_by_date_only_valid_to_before_local_day_and_event_due() -> None:
+    b = block([hit(0.8, "lease", valid_to="2026-07-09"), hit(0.8, "party", type="event", due="2026-07-10")])
+    rendered = "\n".join(lines(b))
+    assert "- – lease (recorded 2026-05-01; ended 2026-07-09)" in rendered
+    assert "- o party (recorded 2026-05-01; current)" in rendered  # today is not yet over
+
+
+def test_AUTO09_tasks_never_show_a_live_marker() -> None:
+    b = block([hit(0.8, "Book flights", type="task", status="open"),
+               hit(0.8, "Renew passport", type="task", status="done", valid_to="2026-06-01")])  # fmt: skip
+    text = b.text
+    assert "[ ]" not in text
+    assert "- – Book flights (recorded 2026-05-01; task/plan recorded)" in text
+    assert "- – Renew passport (recorded 2026-05-01; ended 2026-06-01)" in text
+
+
+def _labels(*attributions: str) -> str:
+    return json.dumps([{"kind": "fact", "scope": "agent", "key": f"k{i}", "value": "v", "attribution": a}
+                       for i, a in enumerate(attributions)])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("attr", "labels", "expected"),
+    [
+        ("owner", None, "you said"),
+        ("assistant", _labels("assistant"), "assistant noted"),
+        (None, _labels("document", "document"), "from a document"),
+        ("owner", _labels("assistant"), None),
+        (None, None, None),
+    ],
+)
+def test_AUTO13_attribution_only_when_every_label_agrees(attr: Any, labels: Any, expected: Any) -> None:
+    (line,) = lines(block([hit(0.8, "fact", attr=attr, labels=labels)]))
+    assert line == f"- – fact (recorded 2026-05-01; current{'; ' + expected if expected else ''})"
+
+
+def test_AUTO14_line_text_capped_at_360_bytes_on_a_utf8_boundary() -> None:
+    exact = "a" * AUTO_LINE_MAX_BYTES
+    (line,) = lines(block([hit(0.8, exact)]))
+    assert f"- – {exact} (" in line
+    long = "ż" * 200 + "a"  # 401 bytes; every character before the tail is 2 bytes
+    (line,) = lines(block([hit(0.8, long)]))
+    text_part = line[len("- – ") : line.rindex(" (recorded")]
+    assert len(text_part.encode()) <= AUTO_LINE_MAX_BYTES and text_part.endswith("…")
+    assert long.startswith(text_part[:-1]) and text_part[:-1] == "ż" * 178
+
+
+def test_AUTO14_block_stays_within_1536_bytes() -> None:
+    b = block([hit(0.8, "x" * 400), hit(0.8, "y" * 400), hit(0.8, "z" * 400)])
+    assert len(lines(b)) == 3 and b.byte_size <= AUTO_BLOCK_BUDGET_BYTES
+
+
+def test_AUTO14_AUTO15_line_that_does_not_fit_is_left_out_not_truncated() -> None:
+    big1, big2, small = hit(0.80, "p" * 300), hit(0.79, "q" * 300), hit(0.78, "short one")
+    used = AUTO_CONTEXT_MAX_BYTES - 520  # the person card / background already took the rest
+    b = block([big1, big2, small], context_bytes_used=used)
+    assert set(b.line_ids) == {big1.id, small.id}
+    assert b.byte_size + used <= AUTO_CONTEXT_MAX_BYTES
+    assert "q" * 10 not in b.text
+    full = block([hit(0.8, "a" * 100)], context_bytes_used=AUTO_CONTEXT_MAX_BYTES - 50)
+    assert full.text == "" and full.suppressed == "budget"
+
+
+def test_AUTO17_short_message_gate_16_vs_17_code_points_after_nfc_and_trim() -> None:
+    assert is_short_message("  " + "x" * 16 + "\n")
+    assert not is_short_message("x" * 17)
+    decomposed = "e\u0301" * 16  # 32 code points raw, 16 after NFC
+    assert is_short_message(decomposed)
+    assert block([hit(0.9)], owner_text="x" * 16).suppressed == "short_message"
+    assert len(lines(block([hit(0.9)], owner_text="x" * 17))) == 1
+
+
+def test_AUTO18_AUTO26_standalone_load_has_no_short_or_privacy_gate_and_no_rich_attribution() -> None:
+    b = load_block([hit(0.9, "tea", attr="owner")], now=NOW, tz=UTC)
+    assert lines(b) == ["- – tea (recorded 2026-05-01; current)"]
+
+
+def test_AUTO19_AUTO27_lexical_results_show_nothing() -> None:
+    assert block([hit(0.9, mode="lexical")]).suppressed == "lexical"
+    assert load_block([hit(0.9, mode="lexical")], now=NOW, tz=UTC).text == ""
+
+
+@pytest.mark.parametrize(
+    "gate",
+    [
+        None,
+        TurnGate(verified_owner=False, surface="web"),
+        TurnGate(verified_owner=True, surface="telegram"),
+        TurnGate(verified_owner=True, surface="cron"),
+        TurnGate(verified_owner=True, surface="web", process_job_wake=True),
+    ],
+)
+def test_AUTO20_AUTO21_AUTO22_only_verified_owner_web_tui_acp(gate: Any) -> None:
+    b = select_auto_block([hit(0.9)], now=NOW, tz=UTC, owner_text=QUESTION, gate=gate)
+    assert b.text == "" and b.suppressed == "not_owner_turn"
+
+
+@pytest.mark.parametrize("surface", ["web", "tui", "acp"])
+def test_AUTO22_owner_surfaces_get_the_block(surface: str) -> None:
+    assert block([hit(0.9)], gate=TurnGate(verified_owner=True, surface=surface)).text.startswith(HEADING)
+
+
+def test_AMB59_bucket_suffix_removed() -> None:
+    assert conversation_bucket("web:t1#2026-07-10") == "web:t1"
+    assert conversation_bucket("web:t1") == "web:t1"
+    assert conversation_bucket("web:t1#2026-07") == "web:t1#2026-07"
+
+
+def test_AUTO28_PROV01_PROV02_same_conversation_excluded_before_scoring() -> None:
+    own_earlier_bucket = hit(0.90, "status from this chat", source_session="web:t1#2026-07-01")
+    other = hit(0.70, "other chat fact", source_session="web:t10")
+    unknown = hit(0.69, "legacy fact", source_session=None)
+    b = block([own_earlier_bucket, other, unknown], conversation_id="web:t1#2026-07-10")
+    # without the filter 0.70 would be outside the 0.04 window of 0.90
+    assert set(b.line_ids) == {other.id, unknown.id}
+    assert "- – legacy fact (recorded 2026-05-01; current; source conversation unknown)" in b.text
+    assert "web:t10" not in b.text  # PROV-17
+
+
+def test_PROV04_load_follows_the_same_conversation_rule() -> None:
+    own = hit(0.9, "own", source_session="tui:abc")
+    assert load_block([own], now=NOW, tz=UTC, conversation_id="tui:abc").text == ""
+
+
+def test_PROV03_explicit_recall_including_original_query_is_not_filtered() -> None:
+    own = hit(0.9, "own", source_session="web:t1")
+    result = memory_recall(object(), use_original_query=True, original_hits=[own], now=NOW, tz=UTC)  # type: ignore[arg-type]
+    assert [h.id for h in result.hits] == [own.id]
+
+
+def test_AUTO29_intent_expiry_excludes_dated_and_done_notes() -> None:
+    dated, done, plain = (
+        hit(0.9, "dated", due="2026-12-01"),
+        hit(0.9, "done", status="done"),
+        hit(0.9, "plain"),
+    )
+    assert block([dated, done, plain], intent_expiry=True).line_ids == [plain.id]
+    assert len(block([dated, done, plain]).line_ids) == 3
+
+
+def test_AUTO25_only_structured_conflicting_current_facts_add_a_note() -> None:
+    def fact(v: str) -> str:
+        item = {"kind": "fact", "scope": "agent", "subject": "person:morgan", "key": "other:employer"}
+        return json.dumps([{**item, "value": v}])
+
+    b = block([hit(0.8, "Morgan works at Acme.", labels=fact("Acme")),
+               hit(0.8, "Morgan works at Globex.", labels=fact("Globex"))])  # fmt: skip
+    assert b.text.splitlines()[-1] == "Conflicting values: different current values for employer; weigh them."
+    plain = block([hit(0.8, "Morgan works at Acme."), hit(0.8, "Morgan works at Globex.")])
+    assert "Conflicting" not in plain.text
+
+
+class Backend:
+    def __init__(self, hits: list[Hit] | None = None, fail: bool = False) -> None:
+        self.hits, self.fail, self.calls = hits or [], fail, []  # type: ignore[var-annotated]
+
+    def search(self, query: str, *, limit: int = 8) -> list[Hit]:
+        self.calls.append(limit)
+        if self.fail:
+            raise OSError("index gone")
+        return self.hits
+
+
+def test_automatic_lookup_keeps_hits_for_original_query_even_when_gated() -> None:
+    backend = Backend([hit(0.9)])
+    looked = automatic_lookup(backend, "hi", now=NOW, tz=UTC, gate=OWNER)
+    assert backend.calls == [50] and looked.block.suppressed == "short_message" and len(looked.hits) == 1
+    failed = automatic_lookup(Backend(fail=True), QUESTION, now=NOW, tz=UTC, gate=OWNER)
+    assert failed.block.suppressed == "backend_unavailable" and failed.hits == []
+
+
+def test_integration_real_index_block_excludes_current_conversation(tmp_path: Path) -> None:
+    from recall.embedding import LocalMiniLMEmbedder
+    from recall.index import MemoryIndex
+    from storage.markdown import Bullet, append_bullets
+
+    def b(i: int, text: str, session: str | None, recorded: str) -> Bullet:
+        return Bullet(signifier="–", text=text, id=f"i{i}", type="note", status="open", recorded=recorded,
+                      source_session=session, attr="owner")  # fmt: skip
+
+    append_bullets(tmp_path / "daily" / "2026-05-01.md", "2026-05-01", [
+        b(1, "Morgan prefers green tea in the morning.", "web:other", "2026-05-01T08:00:00.000Z"),
+        b(2, "Morgan prefers green tea in the morning now.", "web:this#2026-07-10",
+          "2026-05-01T09:00:00.000Z"),
+        b(3, "The quarterly tax filing is due in April.", "web:other", "2026-05-01T10:00:00.000Z"),
+    ])  # fmt: skip
+    index = MemoryIndex(tmp_path, LocalMiniLMEmbedder())
+    looked = automatic_lookup(index, "Morgan prefers green tea in the morning", now=NOW, tz=UTC, gate=OWNER,
+                              conversation_id="web:this#2026-07-11")  # fmt: skip
+    assert {h.id for h in looked.hits} >= {"i1", "i2"}  # the lookup itself is unfiltered
+    assert looked.block.line_ids == ["i1"]
+    assert looked.block.text == (
+        f"{HEADING}\n\n- – Morgan prefers green tea in the morning. (recorded 2026-05-01; current; you said)"
+    )
