@@ -16,6 +16,21 @@ if TYPE_CHECKING:
     from recall.embedding import EmbeddingProvider
 
 
+@dataclass(frozen=True)
+class CaptureSettings:
+    """The ``memory.llm`` / ``memory.capture`` settings capture needs, as plain values (no config import)."""
+
+    llm_provider: str
+    llm_model: str
+    llm_endpoint: str | None = None
+    timeout_ms: int = 60_000
+    reconcile_model: str | None = None  # an agent-host reference used for classification only (CAP-08)
+    reconcile_endpoint: str | None = None
+    focus: str | None = None
+    only: tuple[str, ...] | None = None
+    intent_lifecycle: bool = False
+
+
 class WrongStoreError(Exception):
     """A task for another memory root reached this worker (mis-routed task queue)."""
 
@@ -29,6 +44,7 @@ class StoreContext:
     embedder: EmbeddingProvider | None = None
     client: Client | None = None  # the sweeper starts workflows through it
     first_delay_seconds: int = 60
+    capture: CaptureSettings | None = None
     store_id: str = field(init=False)
     # One Intake per context, so a SnapshotPublisher attached to it sees every transition.
     intake: Intake = field(init=False)

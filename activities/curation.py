@@ -1,40 +1,450 @@
-"""Extraction, review and reconciliation activities: names and contracts fixed now, logic in issue #4.
+"""Extraction, review and reconciliation + commit: BuJo capture as three activities (CAP-*, RPL-06..08).
 
-Until the capture pipeline lands, ``writeMode: "capture"`` is refused when a store opens (see
-``tempomem.store``), so these are reached only by a record admitted by a newer build. They fail as a
-non-retryable, categorised attempt rather than pretend to curate anything.
+Each stage reads the record from disk and persists its result into the retained plan beside the record,
+returning only counts and a digest. A retry resumes at the first unfinished stage, so a turn costs at
+most three model calls in total (CAP-05) and a crash after any commit step replays to the same bytes
+without another call (RPL-07, RPL-08). Model failures and invalid output are one failed durable attempt
+(CAP-20); there are no hidden retries here.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+from pathlib import Path
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.context import StoreContext
-from storage.intake import FailureCategory
+from activities import prompts
+from activities.context import CaptureSettings, StoreContext, utc_now
+from activities.contracts import (
+    ContractViolation,
+    is_exact_duplicate,
+    parse_extraction,
+    parse_reconcile,
+    parse_review,
+)
+from activities.llm import ChatModel, LlmError, make_chat_model
+from activities.plan import (
+    Existing,
+    PlanDecision,
+    PlanLabel,
+    PlanMemory,
+    RetainedPlan,
+    apply_review,
+    build_plan,
+    fact_id,
+    guard_decision,
+    passes_only,
+    review_lines,
+)
+from storage import graph, replay_projection
+from storage.fsio import atomic_write, exclusive_lock
+from storage.intake import FailureCategory, IntakeError, IntakePayload, parse_instant
+from storage.limits import SAME_ENTITY_LINES, SEMANTIC_EVIDENCE_COSINE
+from storage.markdown import Bullet, append_bullets, iter_bullets, read_document, serialize_document
+from storage.store_ref import STORE_LOCK
 from workflows.common import EXTRACT, RECONCILE, REVIEW, CurationInput, StageResult
+
+log = logging.getLogger("tempomem.capture")
+CLOSE_CANDIDATES = 8  # AMB-17
+
+
+class CaptureFailure(Exception):
+    def __init__(self, category: FailureCategory) -> None:
+        super().__init__(category.value)
+        self.category = category
+
+
+def _failure(exc: BaseException) -> ApplicationError:
+    """Content-free: a bounded category and the exception type; never model output or memory text."""
+    if isinstance(exc, LlmError):
+        category = exc.category
+    elif isinstance(exc, ContractViolation):
+        category = FailureCategory.INVALID_OUTPUT.value
+    elif isinstance(exc, CaptureFailure):
+        category = exc.category.value
+    else:
+        category = FailureCategory.UNKNOWN.value
+    log.warning("capture stage failed: %s (%s)", category, type(exc).__name__)
+    return ApplicationError(type(exc).__name__, type=category, non_retryable=True)
 
 
 class CurationActivities:
     def __init__(self, ctx: StoreContext) -> None:
         self.ctx = ctx
 
-    def _unavailable(self, inp: CurationInput, stage: str) -> StageResult:
+    # -- shared ---------------------------------------------------------------------------------------
+    @property
+    def settings(self) -> CaptureSettings:
+        if self.ctx.capture is None:
+            raise CaptureFailure(FailureCategory.LLM_ERROR)  # capture without memory.llm: refused at config
+        return self.ctx.capture
+
+    def _model(self, *, classifier: bool = False) -> ChatModel:
+        s = self.settings
+        if classifier and s.reconcile_model:
+            return make_chat_model("agent-host", s.reconcile_model, s.reconcile_endpoint or s.llm_endpoint)
+        return make_chat_model(s.llm_provider, s.llm_model, s.llm_endpoint)
+
+    def _load(self, inp: CurationInput) -> tuple[IntakePayload, RetainedPlan | None]:
         self.ctx.check(inp.store_id)
-        raise ApplicationError(
-            f"{stage} is not available in this build",
-            type=FailureCategory.LLM_ERROR.value,
-            non_retryable=True,
+        payload = self.ctx.intake.load_payload(inp.intake_id)
+        data = self.ctx.intake.load_plan(inp.intake_id)
+        return payload, (RetainedPlan.from_bytes(data) if data is not None else None)
+
+    def _save(self, inp: CurationInput, plan: RetainedPlan) -> None:
+        self.ctx.intake.save_plan(inp.intake_id, plan.to_bytes(), now=utc_now())
+
+    async def _complete(self, messages: list, *, classifier: bool = False) -> str:
+        return await self._model(classifier=classifier).complete(
+            messages, timeout_s=self.settings.timeout_ms / 1000
         )
 
+    # -- extraction (CAP-02) --------------------------------------------------------------------------
     @activity.defn(name=EXTRACT)
-    def extract(self, inp: CurationInput) -> StageResult:
-        return self._unavailable(inp, "extraction")
+    async def extract(self, inp: CurationInput) -> StageResult:
+        try:
+            payload, plan = self._load(inp)
+            if plan is not None:  # CAP-75: the retained plan is reused, never re-extracted
+                return StageResult(0, len(plan.live()), plan.digest())
+            s = self.settings
+            messages = prompts.extraction_messages(
+                admitted_at=parse_instant(payload.admitted_at),
+                assistant_text=payload.capture_answer or "",
+                user_text=payload.capture_user_text,
+                trigger_kind=payload.trigger_kind,  # type: ignore[arg-type]
+                focus=s.focus,
+                intent_lifecycle=s.intent_lifecycle,
+            )
+            raw = await self._complete(messages)
+            extracted = parse_extraction(raw, intent_lifecycle=s.intent_lifecycle)
+            plan = build_plan(
+                extracted,
+                speaker_kind=payload.speaker_kind,
+                trigger_kind=payload.trigger_kind,
+                has_user_text=bool(payload.capture_user_text),
+            )
+            self._save(inp, plan)
+        except (LlmError, ContractViolation, CaptureFailure, IntakeError) as exc:
+            raise _failure(exc) from None
+        return StageResult(1, len(plan.live()), plan.digest())
 
+    # -- review (CAP-40..CAP-48) ------------------------------------------------------------------------
     @activity.defn(name=REVIEW)
-    def review(self, inp: CurationInput) -> StageResult:
-        return self._unavailable(inp, "review")
+    async def review(self, inp: CurationInput) -> StageResult:
+        try:
+            payload, plan = self._load(inp)
+            if plan is None:
+                raise CaptureFailure(FailureCategory.STORAGE_ERROR)
+            if plan.reviewed:  # CAP-47: decisions are retained; a retry never reviews again
+                return StageResult(0, len(plan.live()), plan.digest())
+            lines = review_lines(plan, owner_turn=_owner_turn(payload))
+            if not lines:  # CAP-06, CAP-41: nothing eligible, no call
+                plan = plan.model_copy(update={"reviewed": True})
+                self._save(inp, plan)
+                return StageResult(0, len(plan.live()), plan.digest())
+            try:
+                raw = await self._complete(prompts.review_messages(lines=lines))
+                decisions = parse_review(raw, lines=lines)
+            except (LlmError, ContractViolation):
+                if not inp.final_attempt:
+                    raise
+                # CAP-48: on the final attempt an uncertain or failed review means keep.
+                plan = plan.model_copy(update={"reviewed": True, "review_calls": 1})
+                self._save(inp, plan)
+                return StageResult(1, len(plan.live()), plan.digest())
+            plan = apply_review(plan, decisions)
+            self._save(inp, plan)
+        except (LlmError, ContractViolation, CaptureFailure, IntakeError) as exc:
+            raise _failure(exc) from None
+        return StageResult(1, len(plan.live()), plan.digest())
 
+    # -- reconciliation + commit (CAP-49..CAP-72, RPL-06) -------------------------------------------------
     @activity.defn(name=RECONCILE)
-    def reconcile(self, inp: CurationInput) -> StageResult:
-        return self._unavailable(inp, "reconciliation")
+    async def reconcile(self, inp: CurationInput) -> StageResult:
+        try:
+            payload, plan = self._load(inp)
+            if plan is None:
+                raise CaptureFailure(FailureCategory.STORAGE_ERROR)
+            calls = 0
+            if plan.decisions is None:
+                decisions, calls = await self._decide(payload, plan, final_attempt=inp.final_attempt)
+                # The durable capture intent: decisions + run-derived ids, before any canonical write.
+                plan = plan.model_copy(update={"decisions": tuple(decisions), "reconcile_calls": calls})
+                self._save(inp, plan)
+            if not plan.committed:
+                self._commit(inp.intake_id, payload, plan)
+                plan = plan.model_copy(update={"committed": True})
+                self._save(inp, plan)
+        except (LlmError, ContractViolation, CaptureFailure, IntakeError) as exc:
+            raise _failure(exc) from None
+        adds = sum(1 for d in plan.decisions or () if d.action in ("ADD", "SUPERSEDE"))
+        return StageResult(calls, adds, plan.digest())
+
+    async def _decide(
+        self, payload: IntakePayload, plan: RetainedPlan, *, final_attempt: bool
+    ) -> tuple[list[PlanDecision], int]:
+        root = self.ctx.root
+        existing = current_lines(root)
+        by_id = {e.id: e for e in existing}
+        owner_turn = _owner_turn(payload)
+        decisions: dict[int, PlanDecision] = {}
+        to_classify: list[tuple[PlanMemory, tuple[str, ...]]] = []
+        for m in plan.live():
+            dup = next((e for e in existing if is_exact_duplicate(m.text, e.text)), None)
+            if dup is not None:  # CAP-30, CAP-56: structural duplicate, no call
+                decisions[m.index] = PlanDecision(
+                    index=m.index, action="NOOP", target_id=dup.id, via="structural"
+                )
+                continue
+            close = self._close_lines(m, existing)
+            if not close:  # CAP-07, AMB-17: clearly novel, no call
+                decisions[m.index] = PlanDecision(index=m.index, action="ADD", via="novel")
+                continue
+            to_classify.append((m, close))
+        calls = 0
+        if to_classify:
+            calls = 1
+            try:
+                prompt = prompts.reconcile_messages(
+                    candidates=[
+                        prompts.ReconcileCandidate(text=m.text, source=m.source, kind=m.kind, close=close)
+                        for m, close in to_classify
+                    ],
+                    existing=[
+                        prompts.ExistingMemory(
+                            id=e.id, text=e.text, recorded=e.recorded[:10], kind=e.type, source=e.src
+                        )
+                        for e in existing
+                        if any(e.id in close for _, close in to_classify)
+                    ],
+                    admitted_at=parse_instant(payload.admitted_at),
+                )
+                raw = await self._complete(prompt.messages, classifier=True)
+                parsed = parse_reconcile(raw, candidate_count=len(to_classify), target_ids=prompt.target_ids)
+                for (m, _), decision in zip(to_classify, parsed, strict=True):
+                    target = by_id.get(decision.target_id) if decision.target_id else None
+                    decisions[m.index] = guard_decision(decision, m, target, owner_turn=owner_turn)
+            except (LlmError, ContractViolation):
+                if not final_attempt:
+                    raise
+                # CAP-57 / AMB-43: the final attempt adds non-duplicates rather than dropping them.
+                for m, _ in to_classify:
+                    decisions[m.index] = PlanDecision(index=m.index, action="ADD", via="final_attempt")
+        only = self.settings.only
+        out: list[PlanDecision] = []
+        for m in plan.live():
+            d = decisions[m.index]
+            if d.action in ("ADD", "UPDATE", "SUPERSEDE") and not passes_only(m, only):
+                d = PlanDecision(index=m.index, action="DROP", via="only")  # CAP-70, after reconciliation
+            out.append(d)
+        return out, calls
+
+    def _close_lines(self, m: PlanMemory, existing: list[Existing]) -> tuple[str, ...]:
+        """AMB-17: up to 8 live lines with stored-vector cosine ≥ 0.5, plus up to 3 same-entity lines."""
+        from recall.index import MemoryIndex
+
+        live_ids = {e.id for e in existing}
+        close: list[str] = []
+        if existing and self.ctx.embedder is not None:
+            hits = MemoryIndex(self.ctx.root, self.ctx.embedder).search(m.text, limit=CLOSE_CANDIDATES)
+            close = [h.id for h in hits if h.id in live_ids and (h.cosine or 0.0) >= SEMANTIC_EVIDENCE_COSINE]
+        same_entity = [e for e in existing if e.id not in close and set(m.entities) & set(e.entities)]
+        same_entity.sort(key=lambda e: (e.recorded, e.id), reverse=True)  # CAP-51: the newest first
+        return tuple(close + [e.id for e in same_entity[:SAME_ENTITY_LINES]])
+
+    # -- commit (RPL-06): Markdown + graph → sidecar → index → verify; the receipt retires it -----------
+    def _commit(self, intake_id: str, payload: IntakePayload, plan: RetainedPlan) -> None:
+        from recall.index import MemoryIndex
+
+        root = self.ctx.root
+        day = payload.admitted_at[:10]
+        memories = {m.index: m for m in plan.memories}
+        new: list[Bullet] = []
+        updates: dict[str, str] = {}
+        invalidate: set[str] = set()
+        sidecar: list[dict] = []
+        for d in plan.decisions or ():
+            m = memories[d.index]
+            if d.action in ("NOOP", "DROP"):
+                continue
+            if d.action == "UPDATE" and d.target_id:
+                updates[d.target_id] = d.text or m.text  # PROV-08: the update records this conversation
+                continue
+            bullet = _bullet(fact_id(intake_id, d.index), d.text or m.text, m, payload)
+            new.append(bullet)
+            if d.action == "SUPERSEDE" and d.target_id:
+                sidecar.append(_edge("supersede", d.target_id, bullet.id, payload, intake_id))
+                if d.invalidate:
+                    invalidate.add(d.invalidate)
+            if d.thread_to:
+                sidecar.append(_edge("thread", bullet.id, d.thread_to, payload, intake_id, weight=1))
+        kept = {b.id: memories[_index_of(plan, intake_id, b.id)] for b in new}
+        entity_ids = {e for m in kept.values() for e in m.entities}
+        entities = [
+            graph.EntityRow(
+                id=e.id,
+                name=e.name,
+                type=e.type,  # type: ignore[arg-type]
+                memories=tuple(sorted(b for b, m in kept.items() if e.id in m.entities)),
+            )
+            for e in plan.entities
+            if e.id in entity_ids
+        ]
+        relations = [
+            graph.relation(
+                r.from_id,
+                r.relation,
+                r.to_id,
+                tuple(sorted(b for b, m in kept.items() if {r.from_id, r.to_id} <= set(m.entities))),
+            )
+            for r in plan.relations
+            if r.from_id in entity_ids and r.to_id in entity_ids
+        ]
+        with exclusive_lock(root / STORE_LOCK):
+            touched: list[tuple[str, Bullet]] = []
+            if new:
+                append_bullets(root / "daily" / f"{day}.md", day, new)
+                touched += [(day, b) for b in new]
+            touched += _rewrite(root, updates, invalidate, payload.conversation_id)
+            if entities or relations:
+                graph.apply(root, entities, relations)
+            if sidecar:
+                replay_projection.apply_delta(root, sidecar)
+            index = MemoryIndex(root, self.ctx.embedder)
+            if touched:
+                index.upsert(touched)
+            _verify(root, [b.id for b in new], sidecar)
+
+
+def _owner_turn(payload: IntakePayload) -> bool:
+    return payload.speaker_kind == "human-turn" and payload.trigger_kind == "none"
+
+
+def _index_of(plan: RetainedPlan, intake_id: str, bullet_id: str) -> int:
+    return next(d.index for d in plan.decisions or () if fact_id(intake_id, d.index) == bullet_id)
+
+
+def _bullet(bullet_id: str, text: str, m: PlanMemory, payload: IntakePayload) -> Bullet:
+    """CAP-62/63: capture never writes an open task; a task becomes a dated history note."""
+    kind = "note" if m.kind == "task" else m.kind
+    attr = (
+        "owner"
+        if m.source == "user" and _owner_turn(payload)
+        else ("document" if m.source == "document" else "assistant")
+    )
+    labels = (
+        json.dumps([lab.model_dump() for lab in m.labels], sort_keys=True, ensure_ascii=False)
+        if m.labels
+        else None
+    )
+    return Bullet(
+        signifier="o" if kind == "event" else "–",
+        text=text,
+        id=bullet_id,
+        type=kind,
+        status="open",
+        recorded=payload.admitted_at,
+        labels=labels,
+        entities=m.entities,
+        src=m.source,
+        attr=attr,
+        source_session=payload.conversation_id,  # PROV-08/10: the host id, never model output
+    )
+
+
+def _edge(
+    kind: str, from_: str, to: str, payload: IntakePayload, intake_id: str, weight: int | None = None
+) -> dict:
+    entry = {
+        "id": replay_projection.entry_id(kind, from_, to),
+        "kind": kind,
+        "from": from_,
+        "to": to,
+        "at": payload.admitted_at,
+        "authority": {
+            "kind": "capture",
+            "digest": replay_projection.authority_digest("capture", intake_id, from_, to),
+        },
+    }
+    if weight is not None:
+        entry["weight"] = weight
+    return entry
+
+
+def current_lines(root: Path) -> list[Existing]:
+    """Live, current daily lines: not dropped/invalidated, not superseded in the sidecar (AMB-28)."""
+    superseded = replay_projection.superseded(root)
+    out = []
+    for _, b in iter_bullets(root, "daily"):
+        if b.status in ("dropped", "invalidated") or b.id in superseded:
+            continue
+        labels = _labels_of(b)
+        out.append(
+            Existing(
+                id=b.id,
+                text=b.text,
+                type=b.type,
+                signifier=b.signifier,
+                recorded=b.recorded,
+                labels=labels,
+                attr=b.attr,
+                src=b.src,
+                entities=b.entities,
+            )
+        )
+    return out
+
+
+def _labels_of(b: Bullet) -> tuple[PlanLabel, ...]:
+    if not b.labels:
+        return ()
+    try:
+        return tuple(PlanLabel.model_validate(x) for x in json.loads(b.labels))
+    except (ValueError, TypeError):
+        return ()
+
+
+def _rewrite(
+    root: Path, updates: dict[str, str], invalidate: set[str], session: str
+) -> list[tuple[str, Bullet]]:
+    """Apply in-place UPDATEs and task invalidations to the daily files holding their targets (idempotent)."""
+    if not updates and not invalidate:
+        return []
+    touched: list[tuple[str, Bullet]] = []
+    for path in sorted((root / "daily").glob("*.md")):
+        doc = read_document(path)
+        changed = False
+        for i, item in enumerate(doc.items):
+            if not isinstance(item, Bullet) or (item.id not in updates and item.id not in invalidate):
+                continue
+            new = item
+            if item.id in updates and item.text != updates[item.id]:
+                new = _replace(new, text=updates[item.id], source_session=session)
+            if item.id in invalidate and item.status != "invalidated":
+                new = _replace(new, status="invalidated")
+            if new != item:
+                doc.items[i] = new
+                changed = True
+            touched.append((path.stem, new))
+        if changed:
+            atomic_write(path, serialize_document(doc).encode("utf-8"))
+    return touched
+
+
+def _replace(b: Bullet, **changes: object) -> Bullet:
+    from dataclasses import replace
+
+    return replace(b, **changes)  # type: ignore[arg-type]
+
+
+def _verify(root: Path, new_ids: list[str], sidecar: list[dict]) -> None:
+    """RPL-06: prove Markdown and sidecar hold the delta before the receipt may retire the intent."""
+    present = {b.id for _, b in iter_bullets(root, "daily")}
+    if not set(new_ids) <= present:
+        raise CaptureFailure(FailureCategory.STORAGE_ERROR)
+    entries = replay_projection.load(root).by_id()
+    if any(entries.get(e["id"]) is None for e in sidecar):
+        raise CaptureFailure(FailureCategory.STORAGE_ERROR)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from activities.context import StoreContext
+from activities.context import CaptureSettings, StoreContext
 from activities.sweep import start_capture
 from storage.admission_rules import skip_reason
 from storage.intake import Intake, build_payload
@@ -29,10 +29,6 @@ START_TIMEOUT_SECONDS = 2.0  # INTAKE-06: the best-effort workflow start may add
 START_COOLDOWN_SECONDS = 30.0  # after a failed start, skip further tries for a while: the sweeper catches up
 
 
-class CaptureUnavailableError(Exception):
-    """``writeMode: "capture"`` needs the capture pipeline, which this build does not have yet (issue #4)."""
-
-
 def resolve_root(config: TempomemConfig, base_dir: Path | None) -> Path:
     path = Path(config.memory.path).expanduser()
     return path if path.is_absolute() else (base_dir or Path.cwd()) / path
@@ -47,6 +43,24 @@ def embedder_for(config: TempomemConfig) -> EmbeddingProvider | None:
 
     emb = memory.embeddings
     return make_embedder(emb.provider, emb.effective_model, emb.effective_dim, emb.effective_endpoint)
+
+
+def capture_settings(config: TempomemConfig) -> CaptureSettings | None:
+    """The plain capture settings activities need; None without a ``memory.llm`` block."""
+    memory = config.memory
+    if memory.llm is None:
+        return None
+    capture = memory.capture
+    return CaptureSettings(
+        llm_provider=memory.llm.provider,
+        llm_model=memory.llm.model,
+        llm_endpoint=memory.llm.endpoint,
+        timeout_ms=memory.llm.timeout_ms,
+        reconcile_model=capture.reconcile_model if capture else None,
+        focus=capture.focus if capture else None,
+        only=tuple(capture.only) if capture and capture.only is not None else None,
+        intent_lifecycle=bool(capture and capture.intent_lifecycle),
+    )
 
 
 class MemoryStore:
@@ -65,11 +79,6 @@ class MemoryStore:
         first_delay_seconds: int = 60,
         snapshot_sinks: list[Sink] | None = None,
     ) -> None:
-        if config.memory.write_mode == "capture":
-            raise CaptureUnavailableError(
-                'writeMode "capture" needs the capture pipeline (extraction, review, reconciliation), '
-                "which is not in this build yet; use append-host-summary"
-            )
         self.config = config
         self.root = resolve_root(config, base_dir)
         self.store_id = store_id(self.root)
@@ -156,6 +165,7 @@ class MemoryStore:
             embedder=self.embedder,
             client=client,
             first_delay_seconds=self.first_delay_seconds,
+            capture=capture_settings(self.config),
         )
 
     # -- read path ----------------------------------------------------------------------------------

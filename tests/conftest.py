@@ -40,7 +40,8 @@ def client(temporal_env: WorkflowEnvironment) -> Client:
 def make_config(
     root: Path, *, mode: str = "lite", address: str = "127.0.0.1:7233", **memory: Any
 ) -> TempomemConfig:
-    data: dict[str, Any] = {"mode": mode, "writeMode": "append-host-summary", "path": str(root), **memory}
+    write_mode = "capture" if mode == "bujo" and "llm" in memory else "append-host-summary"
+    data: dict[str, Any] = {"mode": mode, "writeMode": write_mode, "path": str(root), **memory}
     if mode in ("journal", "bujo") and "embeddings" not in data:
         data["embeddings"] = {"provider": "local"}
     if mode == "bujo" and "llm" not in data:

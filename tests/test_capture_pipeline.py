@@ -1,0 +1,202 @@
+"""BuJo capture end to end on a real dev server with a scripted chat model behind real HTTP:
+extraction → review → reconciliation + commit (CAP-02..CAP-75, RPL-06..08, PROV-08)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from storage import graph, replay_projection
+from storage.intake import RecordState
+from storage.markdown import iter_bullets
+from storage.turn import CompletedTurn
+from tests.conftest import make_store, running_worker
+from tests.scripted_model import HttpError, ScriptedModelServer
+from tests.test_capture_flow import _payload_data, outcome_of
+from workflows.common import capture_workflow_id
+
+T1 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+T2 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def model() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer() as server:
+        yield server
+
+
+def capture_store(tmp_path: Path, client: Client, model: ScriptedModelServer, **capture: object):
+    memory: dict[str, object] = {"llm": {"provider": "ollama", "model": "scripted", "endpoint": model.url}}
+    if capture:
+        memory["capture"] = capture
+    store = make_store(tmp_path / "mem", client, mode="bujo", **memory)
+    assert store.config.memory.mode == "bujo"
+    return store
+
+
+def turn(run_id: str, user: str, answer: str, at: datetime = T1, **kw: object) -> CompletedTurn:
+    return CompletedTurn(
+        run_id=run_id,
+        conversation_id=str(kw.pop("conversation_id", "web:conv-1")),
+        speaker_kind=str(kw.pop("speaker_kind", "human-turn")),  # type: ignore[arg-type]
+        user_text=user,
+        final_answer=answer,
+        admitted_at=at,
+    )
+
+
+def extraction(*memories: dict, entities: list | None = None, relations: list | None = None) -> str:
+    return json.dumps({"memories": list(memories), "entities": entities or [], "relations": relations or []})
+
+
+def memory(text: str, source: str = "user", salience: float = 0.9, kind: str = "fact", entities=()) -> dict:
+    return {"text": text, "kind": kind, "source": source, "salience": salience, "entities": list(entities)}
+
+
+ANA = [{"ref": "ana", "name": "Ana", "type": "person"}]
+
+
+def bullets(root: Path) -> list:
+    return [b for _, b in iter_bullets(root, "daily")]
+
+
+async def test_capture_extracts_reviews_and_commits(client: Client, tmp_path: Path, model) -> None:
+    store = capture_store(tmp_path, client, model)
+    model.push(
+        extraction(
+            memory("Ana, the user's sister, is vegetarian.", entities=["ana"]),
+            memory("I searched three restaurant sites.", source="assistant", salience=0.2),  # CAP-26
+            entities=ANA,
+        ),
+        json.dumps({"decisions": [{"line": 1, "decision": "keep"}]}),
+    )
+    result = await store.persist_completed_turn(
+        turn("cap-1", "My sister Ana is vegetarian.", "Noted that Ana is vegetarian; I searched three sites.")
+    )
+    async with running_worker(client, store):
+        outcome = await outcome_of(client, result.intake_id)
+    assert outcome.state == "resolved"
+    assert len(model.calls) == 2  # extraction + review; the clearly novel line skipped reconcile (CAP-07)
+    [line] = bullets(store.root)
+    assert line.text == "Ana, the user's sister, is vegetarian."
+    assert line.id.startswith("c-") and line.entities == ("person:ana",)
+    assert (line.src, line.attr, line.source_session, line.signifier) == ("user", "owner", "web:conv-1", "–")
+    assert [e.id for e in graph.load_graph(store.root).entities.values()] == ["person:ana"]
+    assert next(b.text for _, b in iter_bullets(store.root, "audit")).startswith("Assistant: Noted")
+    assert store.intake.view(result.intake_id, now=T1).state is RecordState.RESOLVED
+    assert store.search("what does my sister eat")[0].id == line.id
+    # Memory text and model output never reach Temporal history.
+    history = await client.get_workflow_handle(capture_workflow_id(result.intake_id)).fetch_history()
+    decoded = [base64.b64decode(d).decode("utf-8", "replace") for d in _payload_data(history.to_json_dict())]
+    assert not [d for d in decoded if "vegetarian" in d or "restaurant" in d]
+
+
+async def test_invalid_output_is_a_failed_attempt_then_the_retry_succeeds(
+    client: Client, tmp_path: Path, model
+):
+    store = capture_store(tmp_path, client, model)
+    model.push(
+        '{"memories": [], "entities": [], "relations": []} trailing prose',  # CAP-12: rejected
+        extraction(memory("The user's flat is on the 4th floor.", kind="fact")),
+        json.dumps({"decisions": [{"line": 1, "decision": "keep"}]}),
+    )
+    result = await store.persist_completed_turn(turn("cap-2", "I live on the 4th floor.", "Noted."))
+    async with running_worker(client, store):
+        outcome = await outcome_of(client, result.intake_id)
+    assert (outcome.state, outcome.attempts) == ("resolved", 2)
+    assert [b.text for b in bullets(store.root)] == ["The user's flat is on the 4th floor."]
+
+
+async def test_retained_plan_means_no_second_extraction(client: Client, tmp_path: Path, model) -> None:
+    store = capture_store(tmp_path, client, model)
+    model.push(
+        extraction(memory("The user's bike is a green Brompton.")),
+        HttpError(500),  # the review call fails: one failed attempt
+        json.dumps({"decisions": [{"line": 1, "decision": "keep"}]}),
+    )
+    result = await store.persist_completed_turn(turn("cap-3", "My bike is a green Brompton.", "Nice bike."))
+    async with running_worker(client, store):
+        outcome = await outcome_of(client, result.intake_id)
+    assert (outcome.state, outcome.attempts) == ("resolved", 2)
+    extraction_calls = [
+        c for c in model.calls if "extract durable long-term memories" in json.dumps(c.messages)
+    ]
+    assert len(extraction_calls) == 1 and len(model.calls) == 3  # CAP-05, CAP-75
+    assert len(bullets(store.root)) == 1
+
+
+async def test_users_correction_supersedes_and_keeps_history(client: Client, tmp_path: Path, model) -> None:
+    store = capture_store(tmp_path, client, model)
+    model.push(
+        extraction(memory("Ana is vegetarian.", entities=["ana"]), entities=ANA),
+        json.dumps({"decisions": [{"line": 1, "decision": "keep"}]}),
+    )
+    first = await store.persist_completed_turn(turn("cap-4a", "Ana is vegetarian.", "Noted."))
+    async with running_worker(client, store):
+        await outcome_of(client, first.intake_id)
+        [old] = bullets(store.root)
+        model.push(
+            extraction(memory("Ana has become vegan.", entities=["ana"]), entities=ANA),
+            json.dumps({"decisions": [{"line": 1, "decision": "keep"}]}),
+            json.dumps(
+                {"decisions": [{"index": 0, "action": "SUPERSEDE", "target": 1, "text": "Ana is vegan."}]}
+            ),
+        )
+        second = await store.persist_completed_turn(
+            turn("cap-4b", "Correction: Ana is vegan now.", "Updated.", at=T2, conversation_id="web:conv-2")
+        )
+        outcome = await outcome_of(client, second.intake_id)
+    assert outcome.state == "resolved"
+    assert len(model.calls) == 5  # 2 for the first turn, 3 (the maximum, CAP-05) for the second
+    texts = {b.id: b for b in bullets(store.root)}
+    assert old.id in texts and texts[old.id].text == "Ana is vegetarian."  # history stays
+    [new] = [b for b in texts.values() if b.id != old.id]
+    assert (new.text, new.source_session) == ("Ana is vegan.", "web:conv-2")  # PROV-08
+    supersede = replay_projection.superseded(store.root)
+    assert supersede[old.id].new_id == new.id
+    raw = (store.root / ".replay-projection-v1.json").read_text()
+    assert "vegan" not in raw and "vegetarian" not in raw  # RPL-03: metadata only
+
+
+async def test_exact_duplicate_is_noop_without_a_call(client: Client, tmp_path: Path, model) -> None:
+    store = capture_store(tmp_path, client, model)
+    model.push(
+        extraction(memory("The user's dentist is Dr. Silva.")),
+        json.dumps({"decisions": [{"line": 1, "decision": "keep"}]}),
+        extraction(memory("the user's dentist is Dr Silva")),  # same words, same order (AMB-18)
+        json.dumps({"decisions": [{"line": 1, "decision": "keep"}]}),
+    )
+    async with running_worker(client, store):
+        a = await store.persist_completed_turn(turn("cap-5a", "My dentist is Dr. Silva.", "Noted."))
+        await outcome_of(client, a.intake_id)
+        b = await store.persist_completed_turn(turn("cap-5b", "Dentist: Dr Silva.", "Noted.", at=T2))
+        await outcome_of(client, b.intake_id)
+    assert len(model.calls) == 4  # no reconcile call for the duplicate (CAP-56)
+    assert len(bullets(store.root)) == 1
+
+
+async def test_capture_only_and_task_lines(client: Client, tmp_path: Path, model) -> None:
+    store = capture_store(tmp_path, client, model, only=["preference"])
+    model.push(
+        extraction(
+            memory("The user prefers window seats.", kind="preference"),
+            memory("Book the dentist for Friday.", kind="task"),
+        ),
+        json.dumps(
+            {"decisions": [{"line": 1, "decision": "add_preference"}, {"line": 2, "decision": "keep"}]}
+        ),
+    )
+    result = await store.persist_completed_turn(
+        turn("cap-6", "I like window seats; book the dentist.", "OK.")
+    )
+    async with running_worker(client, store):
+        await outcome_of(client, result.intake_id)
+    lines = bullets(store.root)
+    assert [b.text for b in lines] == ["The user prefers window seats."]  # CAP-70: only preference kept
+    assert all(b.signifier != "[ ]" for b in lines)  # CAP-62: capture never writes an open task
