@@ -7,9 +7,11 @@ is ever started, e.g. after ``tempomem retry``.
 
 from __future__ import annotations
 
+import weakref
+
 from temporalio import activity
 from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import (
     SearchAttributePair,
@@ -47,32 +49,48 @@ async def start_capture(
     not registered the start is retried without them, so a plain cluster still works.
     """
     summary = f"capture {intake_id[:12]}… · {tier} · {write_mode} · store {store_id}"
-    for with_attributes in (True, False):
+    with_attributes = await search_attributes_registered(client)
+    handle = await client.start_workflow(
+        CAPTURE_WORKFLOW,
+        CaptureInput(
+            intake_id=intake_id,
+            store_id=store_id,
+            first_delay_seconds=first_delay_seconds,
+            search_attributes=with_attributes,
+        ),
+        id=capture_workflow_id(intake_id),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        static_summary=summary,
+        static_details="Content-free by design: memory text stays in the intake record on disk.",
+        search_attributes=initial_attributes(store_id, tier, write_mode) if with_attributes else None,
+    )
+    # The server says whether it started a run or USE_EXISTING found one.
+    response = getattr(handle, "_start_workflow_response", None)
+    return bool(getattr(response, "started", True))
+
+
+# Per client object (weakly held, so a new client never inherits another server's answer) and namespace.
+_REGISTERED: weakref.WeakKeyDictionary[Client, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
+async def search_attributes_registered(client: Client) -> bool:
+    """Whether the namespace knows every Tempomem* attribute (asked once per client and namespace).
+
+    A server without the operator service (e.g. the time-skipping test server) counts as "no", and
+    workflows then start without search attributes rather than fail on an unknown one.
+    """
+    known = _REGISTERED.setdefault(client, {})
+    if client.namespace not in known:
         try:
-            handle = await client.start_workflow(
-                CAPTURE_WORKFLOW,
-                CaptureInput(
-                    intake_id=intake_id,
-                    store_id=store_id,
-                    first_delay_seconds=first_delay_seconds,
-                    search_attributes=with_attributes,
-                ),
-                id=capture_workflow_id(intake_id),
-                task_queue=task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                static_summary=summary,
-                static_details="Content-free by design: memory text stays in the intake record on disk.",
-                search_attributes=initial_attributes(store_id, tier, write_mode) if with_attributes else None,
+            response = await client.operator_service.list_search_attributes(
+                ListSearchAttributesRequest(namespace=client.namespace)
             )
-        except RPCError as exc:
-            if with_attributes and exc.status is RPCStatusCode.INVALID_ARGUMENT:
-                continue  # search attributes not registered on this namespace
-            raise
-        # The server says whether it started a run or USE_EXISTING found one.
-        response = getattr(handle, "_start_workflow_response", None)
-        return bool(getattr(response, "started", True))
-    raise AssertionError("unreachable")
+            known[client.namespace] = all(k.name in response.custom_attributes for k in sa.ALL)
+        except RPCError:
+            known[client.namespace] = False
+    return known[client.namespace]
 
 
 def initial_attributes(store_id: str, tier: str, write_mode: str) -> TypedSearchAttributes:
@@ -97,8 +115,10 @@ async def register_search_attributes(client: Client) -> bool:
     try:
         await client.operator_service.add_search_attributes(request)
     except RPCError as exc:
-        return exc.status is RPCStatusCode.ALREADY_EXISTS
-    return True
+        if exc.status is not RPCStatusCode.ALREADY_EXISTS:
+            return False
+    _REGISTERED.get(client, {}).pop(client.namespace, None)  # ask again
+    return await search_attributes_registered(client)
 
 
 async def sweep_store(ctx: StoreContext) -> SweepResult:
