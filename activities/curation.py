@@ -25,6 +25,7 @@ from activities.contracts import (
     parse_reconcile,
     parse_review,
 )
+from activities.heartbeat import heartbeating, run_blocking
 from activities.llm import ChatModel, LlmError, make_chat_model
 from activities.plan import (
     Existing,
@@ -98,9 +99,10 @@ class CurationActivities:
         self.ctx.intake.save_plan(inp.intake_id, plan.to_bytes(), now=utc_now())
 
     async def _complete(self, messages: list, *, classifier: bool = False) -> str:
-        return await self._model(classifier=classifier).complete(
+        call = self._model(classifier=classifier).complete(
             messages, timeout_s=self.settings.timeout_ms / 1000
         )
+        return await heartbeating(call)
 
     # -- extraction (CAP-02) --------------------------------------------------------------------------
     @activity.defn(name=EXTRACT)
@@ -174,10 +176,13 @@ class CurationActivities:
                 # The durable capture intent: decisions + run-derived ids, before any canonical write.
                 plan = plan.model_copy(update={"decisions": tuple(decisions), "reconcile_calls": calls})
                 self._save(inp, plan)
+                commit_step("intent")
             if not plan.committed:
-                self._commit(inp.intake_id, payload, plan)
+                committing = plan
+                await run_blocking(lambda: self._commit(inp.intake_id, payload, committing))
                 plan = plan.model_copy(update={"committed": True})
                 self._save(inp, plan)
+                commit_step("committed")
         except (LlmError, ContractViolation, CaptureFailure, IntakeError) as exc:
             raise _failure(exc) from None
         adds = sum(1 for d in plan.decisions or () if d.action in ("ADD", "SUPERSEDE"))
@@ -187,7 +192,7 @@ class CurationActivities:
         self, payload: IntakePayload, plan: RetainedPlan, *, final_attempt: bool
     ) -> tuple[list[PlanDecision], int]:
         root = self.ctx.root
-        existing = current_lines(root)
+        existing = await run_blocking(lambda: current_lines(root))
         by_id = {e.id: e for e in existing}
         owner_turn = _owner_turn(payload)
         decisions: dict[int, PlanDecision] = {}
@@ -199,7 +204,7 @@ class CurationActivities:
                     index=m.index, action="NOOP", target_id=dup.id, via="structural"
                 )
                 continue
-            close = self._close_lines(m, existing)
+            close = await run_blocking(lambda m=m: self._close_lines(m, existing))
             if not close:  # CAP-07, AMB-17: clearly novel, no call
                 decisions[m.index] = PlanDecision(index=m.index, action="ADD", via="novel")
                 continue
@@ -309,14 +314,23 @@ class CurationActivities:
                 append_bullets(root / "daily" / f"{day}.md", day, new)
                 touched += [(day, b) for b in new]
             touched += _rewrite(root, updates, invalidate, payload.conversation_id)
+            commit_step("markdown")
             if entities or relations:
                 graph.apply(root, entities, relations)
+            commit_step("graph")
             if sidecar:
                 replay_projection.apply_delta(root, sidecar)
+            commit_step("sidecar")
             index = MemoryIndex(root, self.ctx.embedder)
             if touched:
                 index.upsert(touched)
+            commit_step("index")
             _verify(root, [b.id for b in new], sidecar)
+
+
+def commit_step(step: str) -> None:
+    """Seam for crash tests: called after each commit boundary (intent, markdown, graph, sidecar, index,
+    committed). A SIGKILL here must replay to the same bytes without another model call (RPL-07)."""
 
 
 def _owner_turn(payload: IntakePayload) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from temporalio import activity
@@ -40,8 +40,22 @@ async def run_blocking(fn: Callable[[], T]) -> T:
             loop.call_soon_threadsafe(settle, result, error)
 
     threading.Thread(target=target, name="tempomem-blocking", daemon=True).start()
-    while True:
-        done, _ = await asyncio.wait({future}, timeout=HEARTBEAT_EVERY_SECONDS)
-        if done:
-            return future.result()
-        activity.heartbeat()
+    return await heartbeating(future)
+
+
+async def heartbeating(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` (a model call, a thread's future) while heartbeating every 2 s.
+
+    Stages have a 10 s heartbeat timeout so a dead worker is noticed fast; a slow but live model call
+    (``memory.llm.timeoutMs`` defaults to 60 s) must therefore keep heartbeating while it waits.
+    """
+    future = asyncio.ensure_future(awaitable)
+    try:
+        while True:
+            done, _ = await asyncio.wait({future}, timeout=HEARTBEAT_EVERY_SECONDS)
+            if done:
+                return future.result()
+            activity.heartbeat()
+    finally:
+        if not future.done():
+            future.cancel()

@@ -1,0 +1,101 @@
+"""Crash-idempotent semantic commit (RPL-06..RPL-08): a worker SIGKILLed right after each commit boundary
+is replaced, and the store converges to the same canonical bytes as an uninterrupted run, with no
+duplicate fact and no second model call."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from storage.intake import RecordState
+from tests.conftest import make_store, running_worker
+from tests.scripted_model import ScriptedModelServer
+from tests.test_capture_flow import outcome_of, wait_until
+from tests.test_capture_pipeline import ANA, T2, extraction, memory, turn
+
+REPO = Path(__file__).resolve().parent.parent
+KEEP = json.dumps({"decisions": [{"line": 1, "decision": "keep"}]})
+FIRST = [extraction(memory("Ana is vegetarian.", entities=["ana"]), entities=ANA), KEEP]
+SECOND = [
+    extraction(memory("Ana has become vegan.", entities=["ana"]), entities=ANA),
+    KEEP,
+    json.dumps({"decisions": [{"index": 0, "action": "SUPERSEDE", "target": 1, "text": "Ana is vegan."}]}),
+]
+CANONICAL = ("daily", "graph.jsonl", ".replay-projection-v1.json")
+
+
+def canonical_bytes(root: Path) -> dict[str, bytes]:
+    out = {}
+    for name in CANONICAL:
+        path = root / name
+        for f in sorted(path.rglob("*") if path.is_dir() else [path]):
+            if f.is_file():
+                out[str(f.relative_to(root))] = f.read_bytes()
+    return out
+
+
+async def run_two_turns(
+    client: Client, root: Path, model: ScriptedModelServer, crash_step: str | None
+) -> int:
+    """Turn 1 uninterrupted; turn 2 (a supersession) crashes after ``crash_step``. Returns model calls."""
+    store = make_store(
+        root, client, mode="bujo", llm={"provider": "ollama", "model": "scripted", "endpoint": model.url}
+    )
+    model.push(*FIRST)
+    first = await store.persist_completed_turn(turn("crash-1", "Ana is vegetarian.", "Noted."))
+    async with running_worker(client, store):
+        await outcome_of(client, first.intake_id)
+    model.push(*SECOND)
+    second_turn = turn("crash-2", "Ana is vegan now.", "Updated.", at=T2, conversation_id="web:conv-2")
+    if crash_step is not None:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.helpers.crash_worker",
+                str(root),
+                client.service_client.config.target_host,
+                store.task_queue,
+                model.url,
+                crash_step,
+            ],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"READY"
+        second = await store.persist_completed_turn(second_turn)
+        await wait_until(lambda: proc.poll() is not None, timeout=120)
+        assert proc.returncode == -9  # it really died at the boundary
+        assert store.intake.view(second.intake_id, now=T2).state is RecordState.PENDING
+    else:
+        second = await store.persist_completed_turn(second_turn)
+    async with running_worker(client, store):
+        outcome = await outcome_of(client, second.intake_id, timeout=120)
+    assert outcome.state == "resolved"
+    return len(model.calls)
+
+
+@pytest.mark.parametrize("step", ["intent", "markdown", "graph", "sidecar", "index", "committed"])
+async def test_sigkill_at_each_commit_boundary_converges(client: Client, tmp_path: Path, step: str) -> None:
+    with ScriptedModelServer() as model:
+        reference_calls = await run_two_turns(client, tmp_path / "reference", model, None)
+    with ScriptedModelServer() as model:
+        calls = await run_two_turns(client, tmp_path / "crashed", model, step)
+    assert calls == reference_calls == 5  # no second model call after the crash
+    reference = canonical_bytes(tmp_path / "reference")
+    crashed = canonical_bytes(tmp_path / "crashed")
+    assert set(reference) == {
+        "daily/2026-12-01.md",
+        "daily/2026-12-02.md",
+        "graph.jsonl",
+        ".replay-projection-v1.json",
+    }
+    assert crashed == reference  # same bytes: no duplicate fact, no unattested edge
