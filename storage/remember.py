@@ -58,6 +58,7 @@ REASONS = frozenset(
         "protected_target",  # REM-07: owner-stated / labelled / task / text-only Remember line
         "not_current",  # REM-06: target already superseded, forgotten, dropped or invalidated
         "self_supersede",  # the new text is the target's text
+        "tool_disabled",  # REM-03: memory.rememberTool.enabled is false
     }
 )
 

@@ -80,6 +80,28 @@ def cmd_search(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_remember(args: argparse.Namespace) -> int:
+    """REM-01: one deliberate fact, recallable at once. Prints ids and status only."""
+    from storage.remember import RememberRejected
+
+    store = _store(args)
+    try:
+        result = store.remember(
+            args.text,
+            conversation_id=args.conversation,
+            about=args.about,
+            supersedes=args.supersedes,
+            replaceable=args.replaceable,
+        )
+    except RememberRejected as exc:
+        print(
+            json.dumps({"rejected": exc.reason}) if args.json else f"rejected: {exc.reason}", file=sys.stderr
+        )
+        return EXIT_ERROR
+    print(result.model_dump_json() if args.json else f"{result.status} {result.id} ({result.day})")
+    return EXIT_OK
+
+
 def cmd_rebuild(args: argparse.Namespace) -> int:
     report = _store(args).rebuild()
     if args.json:
@@ -315,6 +337,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="machine-readable hits: id, score, recorded date, text"
     )
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("remember", help="write one deliberate fact now (recallable at once)")
+    p.add_argument("text")
+    p.add_argument("--conversation", default="cli", help="host conversation id kept as source_session")
+    p.add_argument("--about", help="BuJo: an existing person entity id, e.g. person:ana")
+    p.add_argument("--supersedes", help="BuJo: id of a current captured note/event this replaces")
+    p.add_argument("--replaceable", action="store_true", help="BuJo: a later write may supersede this one")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_remember)
 
     p = sub.add_parser("rebuild", help="rebuild the search index from canonical Markdown alone")
     p.add_argument("--json", action="store_true")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
     from recall.embedding import EmbeddingProvider
     from recall.index import Hit, RebuildReport
+    from storage.remember import RememberResult
 
 log = logging.getLogger("tempomem.store")
 
@@ -179,6 +181,38 @@ class MemoryStore:
         from recall.index import MemoryIndex
 
         return MemoryIndex(self.root, self.embedder).search(query, limit=limit)
+
+    def remember(
+        self,
+        text: str,
+        *,
+        conversation_id: str,
+        about: str | None = None,
+        supersedes: str | None = None,
+        replaceable: bool = False,
+    ) -> RememberResult:
+        """REM-01/02: write one deliberate fact to daily/ and index it in the same critical section.
+
+        Not a Temporal workflow: it must be recallable immediately. Raises ``RememberRejected`` (with a
+        reason code, nothing written) for credentials, unsafe text, tier restrictions, unknown targets or
+        when ``memory.rememberTool.enabled`` is false (REM-03).
+        """
+        from recall.index import MemoryIndex
+        from storage.remember import RememberRejected, remember
+
+        if not self.config.memory.remember_tool.enabled:
+            raise RememberRejected("tool_disabled")
+        return remember(
+            self.root,
+            tier=self.config.memory.mode,
+            text=text,
+            conversation_id=conversation_id,
+            now=datetime.now(UTC),
+            about=about,
+            supersedes=supersedes,
+            replaceable=replaceable,
+            index=MemoryIndex(self.root, self.embedder),
+        )
 
     def rebuild(self) -> RebuildReport:
         from recall.index import MemoryIndex

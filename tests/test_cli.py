@@ -124,3 +124,35 @@ def test_help_explains_every_command(tmp_path: Path) -> None:
     assert proc.returncode == 0
     for command in ("validate", "search", "rebuild", "inspect", "worker", "dev", "demo", "server"):
         assert command in proc.stdout
+
+
+def test_remember_is_recallable_at_once_and_rejects_credentials(tmp_path: Path) -> None:
+    cfg = write_config(
+        tmp_path / "c.json",
+        {
+            "mode": "journal",
+            "writeMode": "append-host-summary",
+            "path": "mem",
+            "embeddings": {"provider": "local"},
+        },
+    )
+    written = tempomem(
+        "--config", str(cfg), "remember", "The spare key is under the blue flowerpot.", "--json", cwd=tmp_path
+    )
+    assert written.returncode == 0, written.stderr
+    result = json.loads(written.stdout)
+    assert result["status"] == "written" and result["id"].startswith("r-")
+    again = tempomem(
+        "--config", str(cfg), "remember", "The spare key is under the blue flowerpot.", "--json", cwd=tmp_path
+    )
+    assert json.loads(again.stdout)["status"] == "duplicate"  # REM-12
+    hits = json.loads(
+        tempomem("--config", str(cfg), "search", "where is the spare key", "--json", cwd=tmp_path).stdout
+    )["hits"]
+    assert hits[0]["id"] == result["id"]  # REM-02: searchable without a rebuild
+    before = sorted(p.name for p in (tmp_path / "mem" / "daily").iterdir())
+    rejected = tempomem(
+        "--config", str(cfg), "remember", "api_key = sk-abcdefghijklmnopqrstuvwx", cwd=tmp_path
+    )
+    assert rejected.returncode == 1 and "credential_rejected" in rejected.stderr  # REM-16
+    assert sorted(p.name for p in (tmp_path / "mem" / "daily").iterdir()) == before
