@@ -195,6 +195,13 @@ def cmd_health(args: argparse.Namespace) -> int:
     return EXIT_OK if report.status in ("ok", "in_progress") else EXIT_ERROR
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Serve MemoryRecall, MemoryJournal and Remember over MCP stdio (AMB-49); stdout is the wire."""
+    from tempomem.mcp_server import run
+
+    return run(args, _store(args))
+
+
 async def _connect(config):  # -> Client
     from temporalio.client import Client
 
@@ -372,6 +379,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_health)
+
+    p = sub.add_parser("mcp", help="serve MemoryRecall, MemoryJournal and Remember over MCP stdio")
+    p.add_argument(
+        "--conversation-id", default="mcp:stdio", help="conversation id stamped on Remember writes"
+    )
+    p.add_argument(
+        "--allowed-tools",
+        help="comma-separated allowlist gating MemoryJournal and Remember (never MemoryRecall)",
+    )
+    p.add_argument("--verbose", action="store_true", help="content-free tool timings on stderr")
+    p.set_defaults(func=cmd_mcp)
 
     for name, func, text in (
         ("worker", cmd_worker, "run this store's Temporal worker (sweeps pending intake on start)"),
