@@ -102,6 +102,44 @@ def cmd_remember(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_journal(args: argparse.Namespace) -> int:
+    """MemoryJournal from the command line: curated daily entries of a civil date range (JRN-*).
+
+    Cursors are request-scoped (AMB-35), so ``--all`` pages through the whole snapshot in this process.
+    """
+    from recall.journal import JournalSession
+    from recall.tools import JournalErrorResult, memory_journal
+
+    store = _store(args)
+    session = JournalSession()
+    cursor = None
+    pages = []
+    while True:
+        if cursor is None:
+            result = memory_journal(
+                session,
+                store.root,
+                from_date=args.from_date,
+                through_date=args.through_date,
+                time_zone=args.tz,
+                limit=args.limit,
+            )
+        else:  # a continuation carries only its cursor
+            result = memory_journal(session, store.root, cursor=cursor)
+        if isinstance(result, JournalErrorResult):
+            print(result.model_dump_json() if args.json else result.text, file=sys.stderr)
+            return EXIT_USAGE
+        pages.append(result)
+        cursor = result.next_cursor
+        if not (args.all and cursor):
+            break
+    if args.json:
+        print(json.dumps([json.loads(p.model_dump_json()) for p in pages], indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(p.text for p in pages))
+    return EXIT_OK
+
+
 def cmd_rebuild(args: argparse.Namespace) -> int:
     report = _store(args).rebuild()
     if args.json:
@@ -344,6 +382,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="machine-readable hits: id, score, recorded date, text"
     )
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("journal", help="chronological curated entries of a date range (MemoryJournal)")
+    p.add_argument("--from", dest="from_date", required=True, help="first civil date, YYYY-MM-DD")
+    p.add_argument("--through", dest="through_date", required=True, help="last civil date (≤ 31 days in all)")
+    p.add_argument("--tz", required=True, help="IANA time zone of those dates, e.g. Europe/Lisbon")
+    p.add_argument("--limit", type=int, help="entries per page (default 10, at most 25)")
+    p.add_argument("--all", action="store_true", help="follow the cursor through every page")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_journal)
 
     p = sub.add_parser("remember", help="write one deliberate fact now (recallable at once)")
     p.add_argument("text")

@@ -156,3 +156,36 @@ def test_remember_is_recallable_at_once_and_rejects_credentials(tmp_path: Path) 
     )
     assert rejected.returncode == 1 and "credential_rejected" in rejected.stderr  # REM-16
     assert sorted(p.name for p in (tmp_path / "mem" / "daily").iterdir()) == before
+
+
+def test_journal_pages_through_a_range_and_rejects_bad_input(tmp_path: Path) -> None:
+    cfg = write_config(
+        tmp_path / "c.json", {"mode": "lite", "writeMode": "append-host-summary", "path": "mem"}
+    )
+    for text in ("Alpha line for the journal.", "Beta line for the journal.", "Gamma line for the journal."):
+        assert tempomem("--config", str(cfg), "remember", text, cwd=tmp_path).returncode == 0
+    day = next((tmp_path / "mem" / "daily").glob("*.md")).stem
+    out = tempomem(
+        "--config",
+        str(cfg),
+        "journal",
+        "--from",
+        day,
+        "--through",
+        day,
+        "--tz",
+        "UTC",
+        "--limit",
+        "2",
+        "--all",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    pages = json.loads(out.stdout)
+    assert [len(p["entries"]) for p in pages] == [2, 1]  # JRN-12 pages, followed by cursor
+    assert pages[0]["nextCursor"] and pages[-1]["nextCursor"] is None
+    bad = tempomem(
+        "--config", str(cfg), "journal", "--from", day, "--through", day, "--tz", "Mars/Olympus", cwd=tmp_path
+    )
+    assert bad.returncode == 2 and "invalid_time_zone" in bad.stderr
