@@ -270,7 +270,6 @@ class CurationActivities:
         new: list[Bullet] = []
         updates: dict[str, str] = {}
         invalidate: set[str] = set()
-        sidecar: list[dict] = []
         for d in plan.decisions or ():
             m = memories[d.index]
             if d.action in ("NOOP", "DROP"):
@@ -278,14 +277,10 @@ class CurationActivities:
             if d.action == "UPDATE" and d.target_id:
                 updates[d.target_id] = d.text or m.text  # PROV-08: the update records this conversation
                 continue
-            bullet = _bullet(fact_id(intake_id, d.index), d.text or m.text, m, payload)
-            new.append(bullet)
-            if d.action == "SUPERSEDE" and d.target_id:
-                sidecar.append(_edge("supersede", d.target_id, bullet.id, payload, intake_id))
-                if d.invalidate:
-                    invalidate.add(d.invalidate)
-            if d.thread_to:
-                sidecar.append(_edge("thread", bullet.id, d.thread_to, payload, intake_id, weight=1))
+            new.append(_bullet(fact_id(intake_id, d.index), d.text or m.text, m, payload))
+            if d.action == "SUPERSEDE" and d.invalidate:
+                invalidate.add(d.invalidate)
+        sidecar = plan_edges(intake_id, payload, plan)
         kept = {b.id: memories[_index_of(plan, intake_id, b.id)] for b in new}
         entity_ids = {e for m in kept.values() for e in m.entities}
         entities = [
@@ -367,6 +362,24 @@ def _bullet(bullet_id: str, text: str, m: PlanMemory, payload: IntakePayload) ->
         attr=attr,
         source_session=payload.conversation_id,  # PROV-08/10: the host id, never model output
     )
+
+
+def plan_edges(intake_id: str, payload: IntakePayload, plan: RetainedPlan) -> list[dict]:
+    """The exact replay-owned delta a committed plan publishes (RPL-01): supersession and thread edges.
+
+    Derived from the retained plan alone, with run-derived ids, so a replay, or an adoption of an
+    attested intent, yields the very same entries.
+    """
+    edges = []
+    for d in plan.decisions or ():
+        if d.action in ("NOOP", "DROP", "UPDATE"):
+            continue
+        new_id = fact_id(intake_id, d.index)
+        if d.action == "SUPERSEDE" and d.target_id:
+            edges.append(_edge("supersede", d.target_id, new_id, payload, intake_id))
+        if d.thread_to:
+            edges.append(_edge("thread", new_id, d.thread_to, payload, intake_id, weight=1))
+    return edges
 
 
 def _edge(

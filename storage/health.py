@@ -8,10 +8,12 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from storage import replay_projection
 from storage.intake import Intake, IntakeError, RecordState
 from storage.ledger import LedgerIntegrityError
+from storage.markdown import iter_bullets
 
-HealthStatus = Literal["ok", "in_progress", "dead_letters_present", "degraded"]
+HealthStatus = Literal["ok", "in_progress", "dead_letters_present", "canonical_mismatch", "degraded"]
 
 
 class HealthReport(BaseModel):
@@ -19,6 +21,7 @@ class HealthReport(BaseModel):
     counts: dict[str, int]
     ledger_entries: int | None
     problems: list[str]  # each names a check and an id, never content
+    mismatches: list[str] = []  # sidecar entries whose lines are not in canonical Markdown (RPL-10)
 
 
 def audit(root: Path, *, now: datetime) -> HealthReport:
@@ -42,12 +45,36 @@ def audit(root: Path, *, now: datetime) -> HealthReport:
                 counts[state.value] += 1
                 counts["due"] += int(view.due)
         counts["resolved"] = len(intake.list_ids(RecordState.RESOLVED))
+    mismatches = _sidecar_mismatches(Path(root), problems)
     if problems:
         status: HealthStatus = "degraded"
+    elif mismatches:
+        status = "canonical_mismatch"
     elif counts["dead"]:
         status = "dead_letters_present"
     elif counts["pending"]:
         status = "in_progress"
     else:
         status = "ok"
-    return HealthReport(status=status, counts=counts, ledger_entries=entries, problems=problems)
+    return HealthReport(
+        status=status, counts=counts, ledger_entries=entries, problems=problems, mismatches=mismatches
+    )
+
+
+def _sidecar_mismatches(root: Path, problems: list[str]) -> list[str]:
+    """RPL-10: every replay-owned edge must name lines that exist in canonical daily Markdown."""
+    try:
+        projection = replay_projection.load(root)
+    except replay_projection.SidecarError as exc:
+        problems.append(f"sidecar: {exc.reason}")
+        return []
+    if not projection.entries:
+        return []
+    lines = {b.id for _, b in iter_bullets(root, "daily")}
+    out = []
+    for entry in projection.entries:
+        ends = [entry.from_] + ([entry.to] if entry.kind in ("thread", "supersede") else [])
+        missing = [end for end in ends if end not in lines]
+        if missing:
+            out.append(f"{entry.kind} {entry.id}: no canonical line {', '.join(missing)}")
+    return out

@@ -219,6 +219,19 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_adopt_replay(args: argparse.Namespace) -> int:
+    """CLI-07: metadata-only adoption of retained capture intents into a missing sidecar (agent stopped)."""
+    from activities.adoption import adopt_replay
+    from storage.fence import hold_fence
+
+    store = _store(args)
+    with hold_fence(store.root, what="adopt-replay"):
+        report = adopt_replay(store.root)
+    text = f"{report.status}: {report.intents} intent(s), {report.entries} entries; now run tempomem rebuild"
+    print(report.model_dump_json() if args.json else text)
+    return EXIT_OK
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     """CLI-13: strict, content-free audit. Exit 0 for ok/in_progress, 1 otherwise."""
     from storage.health import audit
@@ -459,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from storage.fence import AgentRunningError
     from storage.intake import RetainedPlanError
+    from storage.replay_projection import SidecarError
     from tempomem.config import ConfigError
     from tempomem.devserver import DevServerError
 
@@ -468,6 +482,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AgentRunningError as exc:
         print(f"agent_running: {exc}", file=sys.stderr)
         return EXIT_AGENT_RUNNING
+    except SidecarError as exc:
+        print(f"error: replay sidecar rejected ({exc.reason})", file=sys.stderr)
+        return EXIT_ERROR
     except RetainedPlanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_RETAINED_PLAN

@@ -99,3 +99,71 @@ async def test_sigkill_at_each_commit_boundary_converges(client: Client, tmp_pat
         ".replay-projection-v1.json",
     }
     assert crashed == reference  # same bytes: no duplicate fact, no unattested edge
+
+
+async def test_lost_sidecar_is_adopted_from_the_retained_intent(client: Client, tmp_path: Path) -> None:
+    """RPL-10..RPL-15: after a crash past the sidecar step, a lost sidecar is re-attested from the retained
+    capture intent alone (no index inference); the replay converges to the reference bytes, and health
+    reports an edge naming no canonical line as canonical_mismatch."""
+    from activities.adoption import adopt_replay
+    from storage import replay_projection
+    from storage.health import audit
+
+    with ScriptedModelServer() as model:
+        await run_two_turns(client, tmp_path / "reference", model, None)
+    reference = canonical_bytes(tmp_path / "reference")
+    root = tmp_path / "crashed"
+    with ScriptedModelServer() as model:
+        store = make_store(
+            root, client, mode="bujo", llm={"provider": "ollama", "model": "scripted", "endpoint": model.url}
+        )
+        model.push(*FIRST)
+        first = await store.persist_completed_turn(turn("crash-1", "Ana is vegetarian.", "Noted."))
+        async with running_worker(client, store):
+            await outcome_of(client, first.intake_id)
+        model.push(*SECOND)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.helpers.crash_worker",
+                str(root),
+                client.service_client.config.target_host,
+                store.task_queue,
+                model.url,
+                "sidecar",
+            ],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"READY"
+        second = await store.persist_completed_turn(
+            turn("crash-2", "Ana is vegan now.", "Updated.", at=T2, conversation_id="web:conv-2")
+        )
+        await wait_until(lambda: proc.poll() is not None, timeout=120)
+        sidecar = root / ".replay-projection-v1.json"
+        written = sidecar.read_bytes()
+        sidecar.unlink()  # the sidecar is lost
+        report = adopt_replay(root)
+        assert (report.status, report.intents, report.entries) == ("adopted", 1, 1)
+        assert sidecar.read_bytes() == written  # exactly what the commit had published
+        assert adopt_replay(root).status == "sidecar_present"
+        assert audit(root, now=T2).status == "in_progress"  # the intent is still pending
+        async with running_worker(client, store):
+            await outcome_of(client, second.intake_id, timeout=120)
+    assert canonical_bytes(root) == reference
+    assert len(model.calls) == 5  # no provider work repeated
+    assert audit(root, now=T2).status == "ok"
+    forged = {
+        "id": replay_projection.entry_id("supersede", "c-missing", "c-other"),
+        "kind": "supersede",
+        "from": "c-missing",
+        "to": "c-other",
+        "at": "2026-12-02T10:00:00.000Z",
+        "authority": {"kind": "capture", "digest": "0" * 64},
+    }
+    replay_projection.apply_delta(root, [forged])
+    health = audit(root, now=T2)
+    assert health.status == "canonical_mismatch" and len(health.mismatches) == 1
