@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic.functional_validators import AfterValidator
 from pydantic_core import PydanticCustomError
 
+from storage.credentials import unsafe_reason
 from storage.limits import CAPTURE_COMPLETION_MAX_UTF16, EXTRACTION_MAX_MEMORIES
 
 # -- bounds (AMB-22, AMB-23, AMB-25) -------------------------------------------------------------------------
@@ -102,74 +103,13 @@ def _fail(reason: str, detail: str | None = None) -> NoReturn:
 
 
 # -- unsafe text (AMB-25, AMB-26) ----------------------------------------------------------------------------
-_BIDI = frozenset(range(0x202A, 0x202F)) | frozenset(range(0x2066, 0x206A))
-# Zero-width and invisible formatting characters. ZWJ (U+200D) is allowed only inside emoji sequences.
-_ZERO_WIDTH = frozenset(
-    {
-        0x200B,
-        0x200C,
-        0x200E,
-        0x200F,
-        0x2060,
-        0x2061,
-        0x2062,
-        0x2063,
-        0x2064,
-        0xFEFF,
-        0x180E,
-        0x061C,
-        0x034F,
-        0x115F,
-        0x1160,
-        0x3164,
-        0xFFA0,
-        0x00AD,
-    }
-)
-_ZWJ = 0x200D
-_LINE_SEPARATORS = frozenset({0x2028, 0x2029})
-_MARKDOWN_PREFIX = re.compile(r"^ *(?:[-*+](?:\s|$)|\d{1,9}[.)](?:\s|$)|#{1,6}(?:\s|$))")
-_CREDENTIAL = re.compile(
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----"
-    r"|AKIA[0-9A-Z]{16}"
-    r"|sk-[A-Za-z0-9]{20,}"
-    r"|gh[pousr]_[A-Za-z0-9]{36,}"
-    r"|xox[abpr]-"
-    r"|eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}"
-    r"|(?i:password|passwd|secret|token|api[_-]?key)\s*[:=]\s*\S{6,}"
-)
-
-
-def _is_emoji_side(ch: str) -> bool:
-    cp = ord(ch)
-    return unicodedata.category(ch) == "So" or 0x1F3FB <= cp <= 0x1F3FF or cp == 0xFE0F
-
-
 def unsafe_text_reason(text: str, *, max_bytes: int = MAX_TEXT_BYTES) -> str | None:
-    """The AMB-25 check. Returns a content-free sub-code when ``text`` is unsafe, else ``None``."""
-    if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
-        return "too_long"
-    for i, ch in enumerate(text):
-        cp = ord(ch)
-        if cp < 0x20 or 0x7F <= cp <= 0x9F or cp in _LINE_SEPARATORS:
-            return "control"
-        if cp in _BIDI:
-            return "bidi"
-        if cp in _ZERO_WIDTH:
-            return "zero_width"
-        if cp == _ZWJ and not (
-            0 < i < len(text) - 1 and _is_emoji_side(text[i - 1]) and _is_emoji_side(text[i + 1])
-        ):
-            return "zero_width"
-        if 0xD800 <= cp <= 0xDFFF:  # a lone surrogate from a \ud800 escape: not text
-            return "surrogate"
-    if "<!--" in text or "-->" in text:
-        return "html_comment"
-    if _MARKDOWN_PREFIX.match(text):
-        return "markdown_prefix"
-    if _CREDENTIAL.search(text):
-        return "credential"
-    return None
+    """The AMB-25 check, shared with Remember (``storage.credentials``): a content-free sub-code or ``None``.
+
+    Empty text is the schema's ``bounds`` error here, so the shared ``empty`` code is not reported.
+    """
+    reason = unsafe_reason(text, max_bytes=max_bytes)
+    return None if reason == "empty" else reason
 
 
 def _safe_text(value: str) -> str:

@@ -15,7 +15,6 @@ import hmac
 import re
 import secrets
 import struct
-import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
@@ -27,6 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from pydantic import BaseModel, ConfigDict, Field
 
 from recall.shaping import cut_utf8
+from storage.credentials import unsafe_characters
 from storage.limits import KIB, MIB
 from storage.markdown import Bullet, read_document
 
@@ -149,30 +149,9 @@ def resolve_limit(limit: object) -> int:
 # --------------------------------------------------------------------------------------------------
 # Entries (AMB-37, AMB-38)
 
-_BIDI = frozenset(range(0x202A, 0x202F)) | frozenset(range(0x2066, 0x206A))
-_ZERO_WIDTH = frozenset({0x200B, 0x200C, 0x200E, 0x200F, 0x2060, 0x2061, 0x2062, 0x2063, 0x2064, 0xFEFF})
-_ZWJ = 0x200D
-
-
-def _emoji_side(ch: str) -> bool:
-    cp = ord(ch)
-    return unicodedata.category(ch) == "So" or 0x1F3FB <= cp <= 0x1F3FF or cp == 0xFE0F
-
-
 def is_unsafe_text(text: str) -> bool:
-    """Display-side AMB-25 check (length is capped separately): controls, bidi overrides, invisible
-    characters (ZWJ only inside emoji), lone surrogates and HTML comment delimiters."""
-    for i, ch in enumerate(text):
-        cp = ord(ch)
-        if cp < 0x20 or 0x7F <= cp <= 0x9F or cp in (0x2028, 0x2029) or cp in _BIDI or cp in _ZERO_WIDTH:
-            return True
-        if 0xD800 <= cp <= 0xDFFF:
-            return True
-        if cp == _ZWJ and not (
-            0 < i < len(text) - 1 and _emoji_side(text[i - 1]) and _emoji_side(text[i + 1])
-        ):
-            return True
-    return "<!--" in text or "-->" in text
+    """Display-side AMB-25 check (length is capped separately), shared with the write side."""
+    return unsafe_characters(text) is not None
 
 
 class JournalEntry(BaseModel):

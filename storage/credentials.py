@@ -56,6 +56,19 @@ def unsafe_reason(text: str, *, max_bytes: int = MAX_TEXT_BYTES) -> str | None:
         return "empty"
     if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         return "too_long"
+    if (reason := unsafe_characters(text)) is not None:
+        return reason
+    if _MARKDOWN_PREFIX.match(text):
+        return "markdown_prefix"
+    if contains_credential(text):
+        return "credential"
+    return None
+
+
+def unsafe_characters(text: str) -> str | None:
+    """The character-level part of AMB-25 (also used to withhold unsafe text on display, AMB-37):
+    controls, bidi overrides, invisible characters (ZWJ only inside emoji), lone surrogates and HTML
+    comment delimiters."""
     for i, ch in enumerate(text):
         cp = ord(ch)
         if cp < 0x20 or 0x7F <= cp <= 0x9F or cp in _LINE_SEPARATORS:
@@ -72,8 +85,4 @@ def unsafe_reason(text: str, *, max_bytes: int = MAX_TEXT_BYTES) -> str | None:
             return "surrogate"
     if "<!--" in text or "-->" in text:
         return "html_comment"
-    if _MARKDOWN_PREFIX.match(text):
-        return "markdown_prefix"
-    if contains_credential(text):
-        return "credential"
     return None

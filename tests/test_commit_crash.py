@@ -40,6 +40,29 @@ def canonical_bytes(root: Path) -> dict[str, bytes]:
     return out
 
 
+def spawn_crash_worker(client: Client, store, model: ScriptedModelServer, step: str) -> subprocess.Popen:
+    """A worker process for ``store`` that SIGKILLs itself right after commit boundary ``step``."""
+    address = client.service_client.config.target_host
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.helpers.crash_worker",
+            str(store.root),
+            address,
+            store.task_queue,
+            model.url,
+            step,
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"READY"
+    return proc
+
+
 async def run_two_turns(
     client: Client, root: Path, model: ScriptedModelServer, crash_step: str | None
 ) -> int:
@@ -54,23 +77,7 @@ async def run_two_turns(
     model.push(*SECOND)
     second_turn = turn("crash-2", "Ana is vegan now.", "Updated.", at=T2, conversation_id="web:conv-2")
     if crash_step is not None:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.helpers.crash_worker",
-                str(root),
-                client.service_client.config.target_host,
-                store.task_queue,
-                model.url,
-                crash_step,
-            ],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        assert proc.stdout is not None and proc.stdout.readline().strip() == b"READY"
+        proc = spawn_crash_worker(client, store, model, crash_step)
         second = await store.persist_completed_turn(second_turn)
         await wait_until(lambda: proc.poll() is not None, timeout=120)
         assert proc.returncode == -9  # it really died at the boundary
@@ -122,23 +129,7 @@ async def test_lost_sidecar_is_adopted_from_the_retained_intent(client: Client, 
         async with running_worker(client, store):
             await outcome_of(client, first.intake_id)
         model.push(*SECOND)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.helpers.crash_worker",
-                str(root),
-                client.service_client.config.target_host,
-                store.task_queue,
-                model.url,
-                "sidecar",
-            ],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        assert proc.stdout is not None and proc.stdout.readline().strip() == b"READY"
+        proc = spawn_crash_worker(client, store, model, "sidecar")
         second = await store.persist_completed_turn(
             turn("crash-2", "Ana is vegan now.", "Updated.", at=T2, conversation_id="web:conv-2")
         )
