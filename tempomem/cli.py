@@ -253,11 +253,19 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return run(args, _store(args))
 
 
-async def _connect(config):  # -> Client
+async def _connect(config, base_dir: Path | None = None):  # -> Client
     from temporalio.client import Client
 
+    from tempomem.codec import data_converter_for_config
+
     t = config.temporal
-    return await Client.connect(t.address, namespace=t.namespace, api_key=t.api_key, tls=t.tls)
+    return await Client.connect(
+        t.address,
+        namespace=t.namespace,
+        api_key=t.api_key,
+        tls=t.tls,
+        data_converter=data_converter_for_config(t, base_dir),  # optional payload codec
+    )
 
 
 def _ensure_local_server(config, state_dir: Path) -> bool:
@@ -286,7 +294,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     store = _store(args)
 
     async def main() -> None:
-        client = await _connect(store.config)
+        client = await _connect(store.config, store.base_dir)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -466,6 +474,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--state-dir", default=STATE_DIR)
     p.set_defaults(func=cmd_server)
+    from tempomem.codec_server import add_codec_commands
+    from tempomem.export import add_export_commands
+
+    add_export_commands(sub, _load)  # export, import apply|restore
+    add_codec_commands(sub, _load)  # codec-server, codec-keygen
     return parser
 
 
@@ -473,6 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from storage.fence import AgentRunningError
     from storage.intake import RetainedPlanError
     from storage.replay_projection import SidecarError
+    from tempomem.codec import CodecError
     from tempomem.config import ConfigError
     from tempomem.devserver import DevServerError
 
@@ -494,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnknownRecordError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (IntakeError, DevServerError) as exc:
+    except (IntakeError, DevServerError, CodecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -357,6 +357,12 @@ class TemporalConfig(_Model):
     api_key: str | None = None
     tls: bool = False
     ui_url: NonEmptyStr = "http://localhost:8233"
+    # Optional AES-256-GCM payload codec (tempomem.codec): the key as 64 hex chars or base64, either in an
+    # owner-only file (a relative path is resolved against the config file's folder) or in the environment
+    # variable named by codecKeyEnv. codecKeyId labels payloads; default: the key's fingerprint.
+    codec_key_file: NonEmptyStr | None = None
+    codec_key_env: NonEmptyStr | None = None
+    codec_key_id: NonEmptyStr | None = None
 
     @field_validator("ui_url")
     @classmethod

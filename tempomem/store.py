@@ -82,6 +82,7 @@ class MemoryStore:
         snapshot_sinks: list[Sink] | None = None,
     ) -> None:
         self.config = config
+        self.base_dir = base_dir
         self.root = resolve_root(config, base_dir)
         self.store_id = store_id(self.root)
         self.task_queue = config.temporal.task_queue or task_queue(self.root)
@@ -147,9 +148,15 @@ class MemoryStore:
         if self._client is None:
             from temporalio.client import Client
 
+            from tempomem.codec import data_converter_for_config
+
             temporal = self.config.temporal
             self._client = await Client.connect(
-                temporal.address, namespace=temporal.namespace, api_key=temporal.api_key, tls=temporal.tls
+                temporal.address,
+                namespace=temporal.namespace,
+                api_key=temporal.api_key,
+                tls=temporal.tls,
+                data_converter=data_converter_for_config(temporal, self.base_dir),
             )
         return self._client
 

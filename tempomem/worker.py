@@ -30,6 +30,7 @@ from activities.sweep import SweepActivities, register_search_attributes, sweep_
 from storage.fence import hold_fence
 from storage.limits import SHUTDOWN_DRAIN_SECONDS
 from storage.snapshot import Sink, SnapshotPublisher
+from tempomem.export import recover_interrupted_import
 from workflows.capture import CaptureWorkflow
 from workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
 from workflows.sweep import IntakeSweepWorkflow
@@ -124,6 +125,8 @@ async def _run(
         hold_fence(ctx.root, what="second worker"),
         concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tempomem-act") as executor,
     ):
+        # Finish (or discard) an interrupted `tempomem import` before this worker touches the store.
+        recover_interrupted_import(ctx.root)
         worker = build_worker(client, ctx, executor=executor)
         async with worker:
             if not await register_search_attributes(client):
