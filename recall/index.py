@@ -39,7 +39,8 @@ from pydantic import BaseModel
 
 from recall import scoring
 from recall.embedding import EmbeddingError, EmbeddingIdentity, EmbeddingProvider
-from recall.search import Candidate, Hit, rank_hybrid, rank_lexical
+from recall.profiles import RecallProfile, resolve_profile
+from recall.search import Candidate, Hit, rank
 from storage.fsio import atomic_write, ensure_private_dir, exclusive_lock, read_private_file
 from storage.limits import DELIBERATE_SUPERSET, DIR_MODE, FILE_MODE
 from storage.markdown import Bullet, iter_bullets
@@ -620,15 +621,29 @@ class MemoryIndex:
 
     # -- search -------------------------------------------------------------------------------------
 
-    def search(self, query: str, *, limit: int = 8) -> list[Hit]:
-        """Hybrid (embedding-first) or, on Lite / embedding outage, lexical recall over the index."""
-        if not query.strip() or limit <= 0:
-            return []
+    def search(
+        self, query: str, *, limit: int = 8, profile: RecallProfile | str | None = None
+    ) -> list[Hit]:
+        """Hybrid (embedding-first) or, on Lite / embedding outage, lexical recall over the index.
+
+        ``profile`` (a ``RecallProfile`` or its name) only orders the candidate pool; ``None`` is
+        ``recall.profiles.DEFAULT_PROFILE`` for the embedder it was calibrated with, else the reference.
+        """
+        chosen = resolve_profile(profile, self.identity)
+        candidates, hybrid = self.candidates(query, pool=max(chosen.pool, limit))
+        return rank(query, candidates, limit=limit, profile=chosen, hybrid=hybrid)
+
+    def candidates(self, query: str, *, pool: int = DELIBERATE_SUPERSET) -> tuple[list[Candidate], bool]:
+        """The candidate pool of a search (BM25 top-``pool`` ∪ vector top-``pool`` ∪ rows newer than the
+        FTS watermark), each with its BM25 rank/score and stored-vector cosine; and whether it is a
+        hybrid pool (False on Lite or an embedding outage)."""
+        if not query.strip() or pool <= 0:
+            return [], False
         for _attempt in range(3):
             generation = self.active_generation()
             if generation is None or not self._identity_matches(self.manifest(generation)):
                 if not (self.root / DAILY_FOLDER).is_dir() and generation is None:
-                    return []  # empty store
+                    return [], False  # empty store
                 with self._write_lock():
                     generation = self.active_generation()
                     if generation is None or not self._identity_matches(self.manifest(generation)):
@@ -636,20 +651,30 @@ class MemoryIndex:
                         generation = self.active_generation()
                 assert generation is not None
             try:
-                return self._search_generation(generation, query, limit)
+                return self._gather(generation, query, pool)
             except (OSError, duckdb.Error, RuntimeError, ValueError):
                 # A rebuild activated a new generation and removed ours mid-read: retry on the new one.
                 if self.active_generation() == generation and self.generation_dir(generation).is_dir():
                     raise
         raise IndexBusyError("the index kept changing generations during search")
 
-    def _search_generation(self, generation: int, query: str, limit: int) -> list[Hit]:
+    def _embed_query(self, query: str) -> np.ndarray:
+        """Embedders with asymmetric prompts (e5: "query: " vs "passage: ") offer ``embed_query``."""
+        assert self.embedder is not None
+        embed_query = getattr(self.embedder, "embed_query", None)
+        if embed_query is None:
+            return self._embed([query])[0]
+        vector = np.asarray(embed_query(query), dtype=np.float32).reshape(-1)
+        if vector.shape != (self.embedder.identity.dim,):
+            raise EmbeddingError(f"embedder returned query shape {vector.shape}")
+        return vector
+
+    def _gather(self, generation: int, query: str, pool: int) -> tuple[list[Candidate], bool]:
         gen_dir = self.generation_dir(generation)
-        pool = max(DELIBERATE_SUPERSET, limit)
         query_vec: np.ndarray | None = None
         if self.embedder is not None:
             try:
-                query_vec = self._embed([query])[0]
+                query_vec = self._embed_query(query)
             except EmbeddingError:
                 query_vec = None  # temporary outage: degrade to lexical evidence (REC-32)
 
@@ -712,7 +737,7 @@ class MemoryIndex:
             candidates.append(c)
 
         if query_vec is None or table is None:
-            return rank_lexical(query, candidates, limit=limit)
+            return candidates, False
 
         # Every candidate is scored by its STORED vector (REC-24): fetch those BM25 found but the
         # vector retriever did not return.
@@ -731,7 +756,7 @@ class MemoryIndex:
         for c in candidates:
             if c.cosine is None and c.id in stored_vectors:
                 c.cosine = float(stored_vectors[c.id] @ query_vec)
-        return rank_hybrid(query, candidates, limit=limit)
+        return candidates, True
 
 
 def _id_filter(ids: Sequence[str]) -> str:

@@ -222,3 +222,86 @@ def hybrid_score(
 
 def lexical_score(query_words: set[str], terms: RecordTerms) -> float:
     return lexical_overlap(query_words, terms.words)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tuned-profile helpers (recall.profiles.TUNED); the reference functions above are untouched.
+
+_MONTHS = (
+    "january", "february", "march", "april", "may", "june",
+    "july", "august", "september", "october", "november", "december",
+)  # fmt: skip
+_MONTH_NUMBER = {m: f"{i:02d}" for i, m in enumerate(_MONTHS, start=1)} | {
+    m[:3]: f"{i:02d}" for i, m in enumerate(_MONTHS, start=1) if m != "may"
+}
+_WEEKDAYS = frozenset(("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
+# A temporal question asks for a time: "When did …", "What year …", "How long ago …", "Which month …".
+_TEMPORAL_QUERY_RE = re.compile(
+    r"\b(?:when|how\s+long\s+ago|since\s+when|(?:what|which)\s+(?:year|month|day|date|time|week|weekend))\b",
+    re.IGNORECASE,
+)
+_RELATIVE_TIME_RE = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|recently|lately|"
+    r"(?:last|next|this|past|few|couple\s+of)\s+(?:\w+\s+)?(?:week|weekend|month|year|night|day|days|weeks|"
+    r"months|years|summer|winter|spring|fall|autumn|friday|saturday|sunday|monday|tuesday|wednesday|thursday))",
+    re.IGNORECASE,
+)
+
+
+def is_temporal_query(query: str) -> bool:
+    """Whether the query asks *when* something happened (tuned profile only; REC-29 binds the reference)."""
+    return _TEMPORAL_QUERY_RE.search(query) is not None
+
+
+def has_time_evidence(text: str, terms: RecordTerms) -> bool:
+    """A record tells when something happened relative to when it was said: a relative expression
+    ("yesterday", "last week", "two days ago") or a weekday. Absolute dates and month names do not
+    count: a recorded line's own session date already carries those."""
+    return bool(terms.words & _WEEKDAYS) or _RELATIVE_TIME_RE.search(text) is not None
+
+
+def month_anchors(query: str) -> tuple[str, ...]:
+    """Capitalised month names in the query, as two-digit month numbers (``"May"`` → ``"05"``; the modal
+    verb "may" is not a month)."""
+    found = (normalise(w) for w in _WORD_RE.findall(query) if w[:1].isupper())
+    return tuple(dict.fromkeys(_MONTH_NUMBER[w] for w in found if w in _MONTH_NUMBER))
+
+
+def session_date_matches(anchor: str, day: str) -> bool:
+    """A numeric query anchor matches the record's own day: ``2023`` or ``2023-05`` or ``2023-05-08``."""
+    parts = _date_parts(anchor)
+    if parts is None or not day:
+        return False
+    day_parts = _date_parts(day)
+    return day_parts is not None and day_parts[: len(parts)] == parts
+
+
+def tuned_anchor_bonus(
+    anchors: QueryAnchors,
+    months: tuple[str, ...],
+    terms: RecordTerms,
+    day: str | None,
+    *,
+    numeric_bonus: float,
+    name_bonus: float,
+    session_dates: bool,
+) -> float:
+    """Like ``anchor_bonus`` with its own weights; with ``session_dates`` a query date, year or month also
+    matches the record's day (the session it was recorded in), not only dates written in its text."""
+    bonus = 0.0
+    total = len(anchors.numeric) + (len(months) if session_dates else 0)
+    if total:
+        matched = 0
+        for a in anchors.numeric:
+            if numeric_anchor_matches(a, terms) or (session_dates and session_date_matches(a, day or "")):
+                matched += 1
+        if session_dates:
+            day_month = (day or "")[5:7]
+            for m in months:
+                named = _MONTHS[int(m) - 1] in terms.words
+                if m == day_month or named or any(len(d) > 1 and d[1] == m for d in terms.dates):
+                    matched += 1
+        bonus += numeric_bonus * matched / total
+    if anchors.names and name_bonus:
+        bonus += name_bonus * sum(a in terms.words for a in anchors.names) / len(anchors.names)
+    return bonus

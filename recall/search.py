@@ -13,8 +13,9 @@ from typing import Literal
 from pydantic import BaseModel
 
 from recall import scoring
+from recall.profiles import RecallProfile
 
-Mode = Literal["hybrid", "lexical"]
+Mode = Literal["hybrid", "lexical", "bm25", "vector"]
 
 
 class Hit(BaseModel):
@@ -125,3 +126,98 @@ def rank_lexical(query: str, candidates: Sequence[Candidate], *, limit: int) -> 
         key=lambda sc: (-sc[0], -(sc[1].bm25_score if sc[1].bm25_score is not None else -1e9), sc[1].id)
     )
     return [_hit(c, s, "lexical") for s, c in scored[:limit]]
+
+
+def rank_tuned(
+    query: str, candidates: Sequence[Candidate], *, limit: int, profile: RecallProfile
+) -> list[Hit]:
+    """Embedding-first like the reference, plus the tuned profile's bounded levers (see recall.profiles)::
+
+    score = semantic(cos ≥ floor) + lexical_weight × bm25 / best_bm25 + anchors(numeric, names,
+            session dates) + temporal_bonus [time question × time evidence] + tie-breakers
+    """
+    vocabulary = (
+        scoring.name_vocabulary((c.text for c in candidates), (e for c in candidates for e in c.entities))
+        if profile.name_anchor_bonus
+        else frozenset()
+    )
+    anchors = scoring.query_anchors(query, vocabulary)
+    months = scoring.month_anchors(query) if profile.session_date_anchors else ()
+    query_words = scoring.word_tokens(query)
+    temporal = profile.temporal_bonus > 0 and scoring.is_temporal_query(query)
+    best_bm25 = max((c.bm25_score for c in candidates if c.bm25_score is not None), default=0.0)
+    scored = []
+    for c in candidates:
+        terms = _terms(c)
+        if c.cosine is not None:
+            evidence = c.cosine if c.cosine >= profile.semantic_floor else 0.0
+        else:
+            evidence = scoring.lexical_overlap(query_words, terms.words)  # waiting for its vector (REC-32)
+        if profile.lexical_weight and c.bm25_score is not None and best_bm25 > 0:
+            evidence += profile.lexical_weight * max(0.0, c.bm25_score) / best_bm25
+        bonus = scoring.tuned_anchor_bonus(
+            anchors,
+            months,
+            terms,
+            str(c.row.get("day") or ""),
+            numeric_bonus=profile.numeric_anchor_bonus,
+            name_bonus=profile.name_anchor_bonus,
+            session_dates=profile.session_date_anchors,
+        )
+        if temporal and scoring.has_time_evidence(c.text, terms):
+            bonus += profile.temporal_bonus
+        ties = profile.rrf_weight * scoring.rrf(c.bm25_rank, c.vector_rank, k=profile.rrf_k)
+        scored.append((evidence + bonus + ties + profile.salience_weight * c.salience, c))
+    if profile.neighbour_weight:
+        scored = _with_neighbours(scored, profile.neighbour_weight)
+    scored.sort(key=lambda sc: (-sc[0], sc[1].id))
+    return [_hit(c, s, "hybrid") for s, c in scored[:limit]]
+
+
+def _with_neighbours(scored: list[tuple[float, Candidate]], weight: float) -> list[tuple[float, Candidate]]:
+    """Add ``weight`` × how far the best neighbour (same day, seq ± 1, in the pool) scores above the
+    pool's lowest score; lines without a neighbour in the pool get nothing."""
+    low = min((s for s, _ in scored), default=0.0)
+    by_pos: dict[tuple[str, int], float] = {}
+    for s, c in scored:
+        seq = c.row.get("seq")
+        if isinstance(seq, int):
+            by_pos[(str(c.row.get("day") or ""), seq)] = s
+    out = []
+    for s, c in scored:
+        seq = c.row.get("seq")
+        if isinstance(seq, int):
+            day = str(c.row.get("day") or "")
+            near = max(by_pos.get((day, seq - 1), low), by_pos.get((day, seq + 1), low))
+            s += weight * (near - low)
+        out.append((s, c))
+    return out
+
+
+def rank_single(
+    candidates: Sequence[Candidate], *, limit: int, retriever: Literal["bm25", "vector"]
+) -> list[Hit]:
+    """One retriever alone (bench baselines): its own order, candidates it did not return go last."""
+    if retriever == "bm25":
+        pool = [c for c in candidates if c.bm25_score is not None]
+        pool.sort(key=lambda c: (-(c.bm25_score or 0.0), c.id))
+        return [_hit(c, float(c.bm25_score or 0.0), "bm25") for c in pool[:limit]]
+    pool = [c for c in candidates if c.cosine is not None]
+    pool.sort(key=lambda c: (-(c.cosine or 0.0), c.id))
+    return [_hit(c, float(c.cosine or 0.0), "vector") for c in pool[:limit]]
+
+
+def rank(
+    query: str, candidates: Sequence[Candidate], *, limit: int, profile: RecallProfile, hybrid: bool
+) -> list[Hit]:
+    """Order a candidate pool with ``profile``. ``hybrid=False`` (Lite, embedding outage) is always the
+    lexical mode (REC-32), whatever the profile."""
+    if not hybrid:
+        if profile.ranker == "bm25":
+            return rank_single(candidates, limit=limit, retriever="bm25")
+        return rank_lexical(query, candidates, limit=limit)
+    if profile.ranker == "reference":
+        return rank_hybrid(query, candidates, limit=limit)
+    if profile.ranker in ("bm25", "vector"):
+        return rank_single(candidates, limit=limit, retriever=profile.ranker)
+    return rank_tuned(query, candidates, limit=limit, profile=profile)

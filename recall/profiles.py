@@ -1,0 +1,127 @@
+"""Recall profiles: named, measured scoring configurations for ``MemoryIndex.search``.
+
+``REFERENCE`` is the reference scoring contract (REC-24..REC-32, AMB-31) with its exact constants; it is
+what every configured HTTP provider gets, because those constants were calibrated on 768-dim server
+embedders. ``TUNED`` was measured on the LoCoMo dev split (``bench/locomo_retrieval.py``) for the embedded
+offline embedder it names; ``DEFAULT_PROFILE`` is whichever of the two measured better there.
+
+A profile only re-orders the candidate pool (BM25 top-50 ∪ vector top-50 + rows newer than the FTS
+watermark): it never adds or removes rows, so profile choice never changes which records exist.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from storage.limits import (
+    DELIBERATE_SUPERSET,
+    NAME_ANCHOR_BONUS,
+    NUMERIC_ANCHOR_BONUS,
+    RRF_K,
+    RRF_TIE_BREAK_WEIGHT,
+    SALIENCE_TIE_BREAK_WEIGHT,
+    SEMANTIC_EVIDENCE_COSINE,
+)
+
+Ranker = Literal["reference", "tuned", "bm25", "vector"]
+
+
+class RecallProfile(BaseModel):
+    """How a candidate pool is ranked. Frozen: profiles are shared module-level constants."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    ranker: Ranker = "tuned"
+    # Embedding identity the profile was calibrated with, as ``provider/model`` (None = any embedder).
+    # The default profile only applies to an index built with that embedder; others get REFERENCE.
+    embedder: str | None = None
+    pool: int = DELIBERATE_SUPERSET  # candidates fetched from each retriever (INTENT-35)
+    semantic_floor: float = SEMANTIC_EVIDENCE_COSINE  # a cosine below this is no semantic evidence
+    numeric_anchor_bonus: float = NUMERIC_ANCHOR_BONUS  # shared equally across numeric/date anchors
+    name_anchor_bonus: float = NAME_ANCHOR_BONUS  # shared equally across name anchors
+    rrf_weight: float = RRF_TIE_BREAK_WEIGHT
+    rrf_k: int = RRF_K
+    salience_weight: float = SALIENCE_TIE_BREAK_WEIGHT
+    # Bounded lexical evidence: weight × BM25 score / best BM25 score of the pool (0..weight).
+    lexical_weight: float = 0.0
+    # Session-date anchors: a query date/year/month also matches the record's own day (not only its text).
+    session_date_anchors: bool = False
+    # Temporal questions ("when did …", "what year …"): bounded bonus for records carrying time evidence
+    # (a date, a weekday/month name or a relative time expression such as "last week").
+    temporal_bonus: float = Field(default=0.0, ge=0.0)
+    # Conversation context: + weight × the best base score of the adjacent lines (same day file,
+    # seq ± 1) that are in the pool. A turn answering a question inherits part of the question's match.
+    neighbour_weight: float = Field(default=0.0, ge=0.0)
+
+    def describe(self) -> str:
+        parts = [f"{self.name} ({self.ranker}"]
+        if self.embedder:
+            parts.append(f", embedder {self.embedder}")
+        if self.ranker == "tuned":
+            parts.append(
+                f", floor {self.semantic_floor}, lexical {self.lexical_weight}, "
+                f"anchors {self.numeric_anchor_bonus}/{self.name_anchor_bonus}, "
+                f"session dates {'on' if self.session_date_anchors else 'off'}, "
+                f"temporal {self.temporal_bonus}, neighbours {self.neighbour_weight}"
+            )
+        return "".join(parts) + ")"
+
+
+E5_EMBEDDER = "local-e5/multilingual-e5-small-q4"
+MINILM_EMBEDDER = "local/all-MiniLM-L6-v2-int8"
+
+REFERENCE = RecallProfile(name="reference", ranker="reference")
+
+# Measured on the LoCoMo dev split (760 questions) with bench/locomo_retrieval.py: recall_any@5 0.70 vs
+# 0.54 for the reference scoring with the same embedder and 0.60 for BM25 alone. Weights are on the e5
+# cosine scale (most candidate cosines fall in 0.75..0.9), so every lever is a bounded nudge.
+TUNED = RecallProfile(
+    name="tuned",
+    ranker="tuned",
+    embedder=E5_EMBEDDER,
+    semantic_floor=0.0,
+    lexical_weight=0.1,
+    numeric_anchor_bonus=0.03,
+    name_anchor_bonus=0.02,
+    session_date_anchors=True,
+    temporal_bonus=0.02,
+    neighbour_weight=0.4,
+)
+# The same levers calibrated for the MiniLM embedder (wider cosine spread → larger lexical weight).
+TUNED_MINILM = TUNED.model_copy(
+    update={"name": "tuned-minilm", "embedder": MINILM_EMBEDDER, "lexical_weight": 0.3}
+)
+
+BM25_ONLY = RecallProfile(name="bm25-only", ranker="bm25")
+VECTOR_ONLY = RecallProfile(name="vector-only", ranker="vector")
+
+DEFAULT_PROFILE = TUNED
+
+PROFILES = {p.name: p for p in (REFERENCE, TUNED, TUNED_MINILM, BM25_ONLY, VECTOR_ONLY)}
+
+
+def embedder_key(identity: object | None) -> str | None:
+    """``provider/model`` of an ``EmbeddingIdentity`` (None for Lite)."""
+    if identity is None:
+        return None
+    return f"{identity.provider}/{identity.model}"  # type: ignore[attr-defined]
+
+
+def resolve_profile(profile: RecallProfile | str | None, identity: object | None) -> RecallProfile:
+    """The profile a search uses. An explicit profile (object or name) is used as given; ``None`` means
+    ``DEFAULT_PROFILE`` when the index's embedder is the one it was calibrated with, else ``REFERENCE``
+    (configured providers keep the reference contract)."""
+    if isinstance(profile, str):
+        try:
+            return PROFILES[profile]
+        except KeyError:
+            raise ValueError(f"unknown recall profile {profile!r}; known: {sorted(PROFILES)}") from None
+    if profile is not None:
+        return profile
+    default = DEFAULT_PROFILE
+    if default.embedder is None or default.embedder == embedder_key(identity):
+        return default
+    return REFERENCE

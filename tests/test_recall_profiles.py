@@ -1,0 +1,259 @@
+"""Recall profiles: the reference contract's exact constants, the tuned profile, default resolution."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from recall import profiles, scoring
+from recall.embedding import EmbeddingIdentity, LocalMiniLMEmbedder
+from recall.index import MemoryIndex
+from recall.profiles import DEFAULT_PROFILE, REFERENCE, TUNED, RecallProfile, resolve_profile
+from recall.search import Candidate, rank
+from storage.markdown import Bullet, append_bullets
+
+
+def cand(
+    id: str,
+    text: str,
+    *,
+    cosine: float | None,
+    bm25_rank: int | None = None,
+    bm25_score: float | None = None,
+    vector_rank: int | None = None,
+    day: str = "2026-03-01",
+) -> Candidate:
+    return Candidate(
+        id=id,
+        text=text,
+        row={"day": day, "recorded": f"{day}T10:00:00.000Z", "type": "note", "status": "open"},
+        bm25_rank=bm25_rank,
+        bm25_score=bm25_score,
+        vector_rank=vector_rank,
+        cosine=cosine,
+    )
+
+
+def test_reference_profile_exact_constants() -> None:
+    assert REFERENCE.ranker == "reference"
+    assert REFERENCE.semantic_floor == 0.5
+    assert REFERENCE.numeric_anchor_bonus == 0.15
+    assert REFERENCE.name_anchor_bonus == 0.08
+    assert REFERENCE.rrf_weight == 1e-4 and REFERENCE.rrf_k == 60
+    assert REFERENCE.salience_weight == 1e-5
+    assert REFERENCE.lexical_weight == 0.0 and REFERENCE.temporal_bonus == 0.0
+    assert not REFERENCE.session_date_anchors
+    assert REFERENCE.pool == 50
+
+
+def test_reference_cosine_below_floor_is_no_semantic_evidence() -> None:
+    # 0.49 contributes nothing; only the RRF tie-break remains.
+    hits = rank(
+        "plain words",
+        [cand("a", "nothing shared", cosine=0.49, vector_rank=1)],
+        limit=1,
+        profile=REFERENCE,
+        hybrid=True,
+    )
+    assert hits[0].score == pytest.approx(1e-4 / 61, abs=1e-12)
+    hits = rank(
+        "plain words",
+        [cand("a", "nothing shared", cosine=0.5, vector_rank=1)],
+        limit=1,
+        profile=REFERENCE,
+        hybrid=True,
+    )
+    assert hits[0].score == pytest.approx(0.5 + 1e-4 / 61, abs=1e-12)
+
+
+def test_reference_date_anchor_exact_match_only() -> None:
+    pool = [
+        cand("right", "Zoe was born on 1988-11-02.", cosine=0.6, vector_rank=2),
+        cand("wrong", "Sam was born on 1988-12-02.", cosine=0.6, vector_rank=1),
+    ]
+    hits = {h.id: h for h in rank("born 1988-11-02", pool, limit=2, profile=REFERENCE, hybrid=True)}
+    assert hits["right"].score == pytest.approx(0.6 + 0.15 + 1e-4 / 62, abs=1e-12)
+    assert hits["wrong"].score == pytest.approx(0.6 + 1e-4 / 61, abs=1e-12)
+    assert next(iter(hits)) == "right"
+
+
+def test_reference_name_anchor_bonus_is_shared() -> None:
+    # Two name anchors (Morgan, Priya: both used as names by the records): one matched = half of 0.08.
+    pool = [
+        cand("m", "Lunch with Morgan at noon.", cosine=0.7),
+        cand("p", "Dinner with Priya and Morgan.", cosine=0.7),
+    ]
+    hits = {h.id: h for h in rank("Did Morgan meet Priya?", pool, limit=2, profile=REFERENCE, hybrid=True)}
+    assert hits["m"].score == pytest.approx(0.7 + 0.04, abs=1e-12)
+    assert hits["p"].score == pytest.approx(0.7 + 0.08, abs=1e-12)
+    # And the reference ranking is exactly scoring.hybrid_score (AMB-31).
+    anchors = scoring.query_anchors("Did Morgan meet Priya?", scoring.name_vocabulary(c.text for c in pool))
+    expected = scoring.hybrid_score(
+        cosine=0.7,
+        anchors=anchors,
+        terms=scoring.record_terms(pool[0].text),
+        query_words=set(),
+        bm25_rank=None,
+        vector_rank=None,
+    )
+    assert hits["m"].score == expected
+
+
+def test_tuned_lexical_term_is_bounded_and_session_dates_anchor() -> None:
+    pool = [
+        cand(
+            "a",
+            "[8 May 2023] Ann: we adopted a cat",
+            cosine=0.80,
+            bm25_rank=1,
+            bm25_score=9.0,
+            day="2023-05-08",
+        ),
+        cand(
+            "b", "[9 June 2023] Ann: a dog maybe", cosine=0.81, bm25_rank=2, bm25_score=3.0, day="2023-06-09"
+        ),
+    ]
+    prof = RecallProfile(
+        name="t",
+        semantic_floor=0.0,
+        lexical_weight=0.1,
+        numeric_anchor_bonus=0.0,
+        name_anchor_bonus=0.0,
+        rrf_weight=0.0,
+    )
+    hits = {h.id: h.score for h in rank("adopted cat", pool, limit=2, profile=prof, hybrid=True)}
+    assert hits["a"] == pytest.approx(0.80 + 0.1) and hits["b"] == pytest.approx(0.81 + 0.1 * 3 / 9)
+    dated = prof.model_copy(
+        update={"lexical_weight": 0.0, "numeric_anchor_bonus": 0.05, "session_date_anchors": True}
+    )
+    hits = {
+        h.id: h.score for h in rank("What happened in May 2023?", pool, limit=2, profile=dated, hybrid=True)
+    }
+    assert hits["a"] == pytest.approx(0.80 + 0.05)  # year and month both match the record's day
+    assert hits["b"] == pytest.approx(0.81 + 0.025)  # only the year does
+
+
+def test_tuned_temporal_questions_prefer_time_evidence() -> None:
+    pool = [
+        cand("plain", "Ann: the support group was so powerful", cosine=0.80),
+        cand("timed", "Ann: I went to the support group yesterday", cosine=0.79),
+    ]
+    prof = RecallProfile(name="t", semantic_floor=0.0, temporal_bonus=0.02, rrf_weight=0.0)
+    assert (
+        rank("When did Ann go to the support group?", pool, limit=1, profile=prof, hybrid=True)[0].id
+        == "timed"
+    )
+    assert rank("Did Ann like the support group?", pool, limit=1, profile=prof, hybrid=True)[0].id == "plain"
+    assert scoring.is_temporal_query("What year did she move?") and not scoring.is_temporal_query(
+        "What is it?"
+    )
+
+
+def test_resolve_profile() -> None:
+    assert resolve_profile("reference", None) is REFERENCE
+    assert resolve_profile(TUNED, None) is TUNED
+    with pytest.raises(ValueError):
+        resolve_profile("nope", None)
+    calibrated = (
+        EmbeddingIdentity(*DEFAULT_PROFILE.embedder.split("/"), 384) if DEFAULT_PROFILE.embedder else None
+    )
+    assert resolve_profile(None, calibrated) is DEFAULT_PROFILE
+    # A configured provider the default was not calibrated for keeps the reference contract.
+    assert resolve_profile(None, EmbeddingIdentity("ollama", "nomic-embed-text", 768)) is (
+        DEFAULT_PROFILE if DEFAULT_PROFILE.embedder is None else REFERENCE
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# through a real index
+
+
+class KeyedEmbedder:
+    """Wraps MiniLM under the identity DEFAULT_PROFILE was calibrated for, counting profile use."""
+
+    def __init__(self, inner: Any, identity: EmbeddingIdentity) -> None:
+        self.inner = inner
+        self.identity = identity
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed(texts)
+
+
+def _store(tmp_path: Path) -> Path:
+    lines = {
+        "cat": "[8 May 2023] Ann: we adopted a grey cat called Pixel last week",
+        "bike": "[8 May 2023] Ben: my bike got a flat tyre on the way to work",
+        "cake": "[9 June 2023] Ann: I baked a lemon cake for Ben's birthday",
+        "move": "[9 June 2023] Ben: we are moving to Lisbon in September",
+        "gym": "[9 June 2023] Ann: the climbing gym opened a new bouldering wall",
+    }
+    for i, (rid, text) in enumerate(lines.items()):
+        day = "2023-05-08" if i < 2 else "2023-06-09"
+        bullet = Bullet(
+            signifier="–", text=text, id=rid, type="note", status="open", recorded=f"{day}T10:00:00.000Z"
+        )
+        append_bullets(tmp_path / "daily" / f"{day}.md", day, [bullet])
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def minilm() -> LocalMiniLMEmbedder:
+    return LocalMiniLMEmbedder()
+
+
+def test_tuned_ranks_obvious_line_first_and_default_is_used(
+    tmp_path: Path, minilm: LocalMiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path)
+    ident = (
+        EmbeddingIdentity(*DEFAULT_PROFILE.embedder.split("/"), 384)
+        if DEFAULT_PROFILE.embedder
+        else minilm.identity
+    )
+    idx = MemoryIndex(store, KeyedEmbedder(minilm, ident))  # type: ignore[arg-type]
+    idx.rebuild()
+    for query, expected in {
+        "What is the name of Ann's cat?": "cat",
+        "When is Ben moving to Lisbon?": "move",
+        "What did Ann bake for the birthday?": "cake",
+    }.items():
+        assert idx.search(query, limit=3, profile=TUNED)[0].id == expected
+    # No profile = DEFAULT_PROFILE: the same ranking and scores as passing it explicitly.
+    query = "What did Ann bake for the birthday?"
+    plain = [(h.id, h.score) for h in idx.search(query, limit=5)]
+    assert plain == [(h.id, h.score) for h in idx.search(query, limit=5, profile=DEFAULT_PROFILE)]
+    # …and the default really is consulted at call time.
+    marker = RecallProfile(name="marker", ranker="bm25", embedder=DEFAULT_PROFILE.embedder)
+    monkeypatch.setattr(profiles, "DEFAULT_PROFILE", marker)
+    assert all(h.mode == "bm25" for h in idx.search(query, limit=5))
+
+
+def test_profile_choice_never_changes_which_rows_exist(tmp_path: Path, minilm: LocalMiniLMEmbedder) -> None:
+    idx = MemoryIndex(_store(tmp_path), minilm)
+    idx.rebuild()
+    for query in ("Ann cat", "What happened in June 2023?", "When did Ben get a flat tyre?", "zzz"):
+        pools = {
+            name: {h.id for h in idx.search(query, limit=50, profile=prof)}
+            for name, prof in (("reference", REFERENCE), ("tuned", TUNED), ("default", None))
+        }
+        assert pools["reference"] == pools["tuned"] == pools["default"], (query, pools)
+        for hits in (idx.search(query, limit=50, profile=p) for p in (REFERENCE, TUNED)):
+            assert len({h.id for h in hits}) == len(hits)
+    # Lite ignores the profile's hybrid levers: lexical mode for every profile.
+    lite = MemoryIndex(tmp_path, None)
+    assert {h.mode for p in (REFERENCE, TUNED) for h in lite.search("Ann cat", profile=p)} == {"lexical"}
+
+
+def test_embedder_keys_are_stable() -> None:
+    # Guard the calibration key format the default resolution relies on.
+    assert (
+        profiles.embedder_key(EmbeddingIdentity("local", "all-MiniLM-L6-v2-int8", 384))
+        == profiles.MINILM_EMBEDDER
+    )
+    assert profiles.embedder_key(EmbeddingIdentity("local-e5", "multilingual-e5-small-q4", 384)) == (
+        profiles.E5_EMBEDDER
+    )
