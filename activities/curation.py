@@ -28,6 +28,7 @@ from activities.contracts import (
 from activities.heartbeat import heartbeating, run_blocking
 from activities.llm import ChatModel, LlmError, make_chat_model
 from activities.plan import (
+    INTENT_STATUS,
     Existing,
     PlanDecision,
     PlanLabel,
@@ -267,6 +268,12 @@ class CurationActivities:
         root = self.ctx.root
         day = payload.admitted_at[:10]
         memories = {m.index: m for m in plan.memories}
+        # INTENT-18: a replacement inherits the target's end unless it states a new one.
+        targets = (
+            {e.id: e.due for e in current_lines(root)}
+            if any(m.intent_state or m.valid_to for m in memories.values())
+            else {}
+        )
         new: list[Bullet] = []
         updates: dict[str, str] = {}
         invalidate: set[str] = set()
@@ -277,7 +284,10 @@ class CurationActivities:
             if d.action == "UPDATE" and d.target_id:
                 updates[d.target_id] = d.text or m.text  # PROV-08: the update records this conversation
                 continue
-            new.append(_bullet(fact_id(intake_id, d.index), d.text or m.text, m, payload))
+            inherited = targets.get(d.target_id) if d.action == "SUPERSEDE" and d.target_id else None
+            new.append(
+                _bullet(fact_id(intake_id, d.index), d.text or m.text, m, payload, inherited_due=inherited)
+            )
             if d.action == "SUPERSEDE" and d.invalidate:
                 invalidate.add(d.invalidate)
         sidecar = plan_edges(intake_id, payload, plan)
@@ -336,8 +346,15 @@ def _index_of(plan: RetainedPlan, intake_id: str, bullet_id: str) -> int:
     return next(d.index for d in plan.decisions or () if fact_id(intake_id, d.index) == bullet_id)
 
 
-def _bullet(bullet_id: str, text: str, m: PlanMemory, payload: IntakePayload) -> Bullet:
-    """CAP-62/63: capture never writes an open task; a task becomes a dated history note."""
+def _bullet(
+    bullet_id: str, text: str, m: PlanMemory, payload: IntakePayload, *, inherited_due: str | None = None
+) -> Bullet:
+    """CAP-62/63: capture never writes an open task; a task becomes a dated history note.
+
+    With ``capture.intentLifecycle`` an owner's intention keeps its state as the note status (INTENT-07)
+    and its inclusive end as ``due=`` (INTENT-10); without the flag both fields are absent, so the bytes
+    are the no-flag bytes (CFG-29).
+    """
     kind = "note" if m.kind == "task" else m.kind
     attr = (
         "owner"
@@ -354,7 +371,8 @@ def _bullet(bullet_id: str, text: str, m: PlanMemory, payload: IntakePayload) ->
         text=text,
         id=bullet_id,
         type=kind,
-        status="open",
+        status=INTENT_STATUS.get(m.intent_state or "", "open"),
+        due=m.valid_to or (inherited_due if m.intent_state or m.valid_to else None),
         recorded=payload.admitted_at,
         labels=labels,
         entities=m.entities,
@@ -411,6 +429,8 @@ def current_lines(root: Path) -> list[Existing]:
         labels = _labels_of(b)
         out.append(
             Existing(
+                status=b.status,
+                due=b.due,
                 id=b.id,
                 text=b.text,
                 type=b.type,

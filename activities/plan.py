@@ -44,6 +44,9 @@ class PlanMemory(_Model):
     entities: tuple[str, ...]  # graph entity ids, only those extracted for this memory (CAP-29)
     labels: tuple[PlanLabel, ...] = ()
     dropped: str | None = None  # "salience" | "review" | "only"
+    # capture.intentLifecycle only, and only from the host-verified owner's own words (INTENT-05/09).
+    intent_state: str | None = None  # planned | pending | done | abandoned
+    valid_to: str | None = None  # inclusive civil end, stored as due= (INTENT-10)
 
 
 class PlanEntity(_Model):
@@ -111,6 +114,10 @@ def entity_id(entity_type: str, name: str) -> str:
     return f"{prefix}:{slug}"
 
 
+# INTENT-07: intention states map onto the existing note statuses.
+INTENT_STATUS = {"planned": "scheduled", "pending": "open", "done": "done", "abandoned": "dropped"}
+
+
 def build_plan(
     extracted: ExtractionPlan, *, speaker_kind: str, trigger_kind: str, has_user_text: bool
 ) -> RetainedPlan:
@@ -124,6 +131,8 @@ def build_plan(
         if source == "user" and not (owner_turn and has_user_text):
             source = "assistant"
         dropped = "salience" if source == "assistant" and m.salience < ASSISTANT_SALIENCE_FLOOR else None
+        # INTENT-09: other speakers, triggers and assistant/tool/document claims supply no lifecycle.
+        owners_words = owner_turn and has_user_text and source == "user"
         memories.append(
             PlanMemory(
                 index=index,
@@ -136,6 +145,8 @@ def build_plan(
                     _gate_labels(m.labels, source=source, owner_turn=owner_turn, kind=m.kind, text=m.text)
                 ),
                 dropped=dropped,
+                intent_state=m.intent_state if owners_words else None,
+                valid_to=m.valid_to if owners_words else None,
             )
         )
     entities = tuple(PlanEntity(id=ids[e.ref], name=e.name, type=e.type) for e in extracted.entities)
@@ -227,6 +238,8 @@ class Existing(_Model):
     attr: str | None = None
     src: str | None = None
     entities: tuple[str, ...] = ()
+    status: str = "open"
+    due: str | None = None
 
     @property
     def is_task(self) -> bool:
@@ -245,6 +258,15 @@ def guard_decision(
 ) -> PlanDecision:
     """Host guards on one classifier decision (CAP-38, CAP-53..CAP-56, CAP-64, CAP-65)."""
     action = decision.action
+    if target is not None and _changes_intention(memory, target) and action in ("UPDATE", "NOOP"):
+        # INTENT-17: a supported intention change is a SUPERSEDE; the old sentence stays as history.
+        return PlanDecision(
+            index=memory.index,
+            action="SUPERSEDE",
+            target_id=target.id,
+            text=decision.text or memory.text,
+            via="guard",
+        )
     if action in ("ADD", "NOOP") or target is None:
         return PlanDecision(index=memory.index, action=action, target_id=decision.target_id, via="classifier")
     owners_word = owner_turn and memory.source == "user"
@@ -272,6 +294,14 @@ def guard_decision(
     return PlanDecision(
         index=memory.index, action=action, target_id=target.id, text=decision.text, via="classifier"
     )
+
+
+def _changes_intention(memory: PlanMemory, target: Existing) -> bool:
+    """INTENT-17/18: a new state or a new end changes an intention; a repeat without an end does not."""
+    if memory.intent_state is None and memory.valid_to is None:
+        return False
+    new_status = INTENT_STATUS.get(memory.intent_state or "", target.status)
+    return new_status != target.status or (memory.valid_to is not None and memory.valid_to != target.due)
 
 
 def _owner_scoped(target: Existing) -> bool:

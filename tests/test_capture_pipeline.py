@@ -200,3 +200,47 @@ async def test_capture_only_and_task_lines(client: Client, tmp_path: Path, model
     lines = bullets(store.root)
     assert [b.text for b in lines] == ["The user prefers window seats."]  # CAP-70: only preference kept
     assert all(b.signifier != "[ ]" for b in lines)  # CAP-62: capture never writes an open task
+
+
+async def test_intention_lifecycle_states_ends_and_supersession(
+    client: Client, tmp_path: Path, model
+) -> None:
+    """INTENT-07/09/10/17/18 with capture.intentLifecycle on."""
+    store = capture_store(tmp_path, client, model, intentLifecycle=True)
+    plan = memory("The user plans to renew the passport.", kind="note")
+    model.push(
+        extraction({**plan, "intentState": "planned", "validTo": "2027-03-31"}),
+        json.dumps({"decisions": [{"line": 1, "decision": "keep"}]}),
+    )
+    async with running_worker(client, store):
+        first = await store.persist_completed_turn(
+            turn("int-1", "I plan to renew my passport by March.", "OK.")
+        )
+        await outcome_of(client, first.intake_id)
+        [planned] = bullets(store.root)
+        assert (planned.status, planned.due) == ("scheduled", "2027-03-31")  # INTENT-07, INTENT-10
+        done = memory("The user renewed the passport.", kind="note")
+        model.push(
+            extraction({**done, "intentState": "done"}),
+            json.dumps({"decisions": [{"line": 1, "decision": "keep"}]}),
+            json.dumps({"decisions": [{"index": 0, "action": "NOOP", "target": 1}]}),
+        )
+        second = await store.persist_completed_turn(turn("int-2", "Passport renewed!", "Great.", at=T2))
+        await outcome_of(client, second.intake_id)
+        # A trigger turn cannot supply an intention (INTENT-09).
+        model.push(
+            extraction({**memory("Reminder ran.", source="user"), "intentState": "pending"}),
+            json.dumps({"decisions": [{"line": 1, "decision": "keep"}]}),  # now an assistant line: reviewed
+        )
+        third = await store.persist_completed_turn(
+            turn("int-3", "", "Reminder ran.", at=T2, speaker_kind="trigger")
+        )
+        await outcome_of(client, third.intake_id)
+    lines = {b.text: b for b in bullets(store.root)}
+    renewed = lines["The user renewed the passport."]
+    # The classifier's NOOP changed the state, so it became a supersession (INTENT-17) that keeps the end.
+    assert (renewed.status, renewed.due) == ("done", "2027-03-31")  # INTENT-18
+    assert replay_projection.superseded(store.root)[planned.id].new_id == renewed.id
+    assert lines["The user plans to renew the passport."].status == "scheduled"  # history stays
+    reminder = lines["Reminder ran."]
+    assert (reminder.status, reminder.due) == ("open", None)
