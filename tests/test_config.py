@@ -698,3 +698,23 @@ def test_load_config_file_reports_all_violations(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config_file(f)
     assert [v.path for v in info.value.violations] == ["memory.llm", "memory.embeddings"]
+
+
+def test_local_e5_provider_is_embedded_with_fixed_model_and_dim() -> None:
+    ok = {
+        "memory": {
+            "mode": "journal",
+            "writeMode": "append-host-summary",
+            "embeddings": {"provider": "local-e5"},
+        }
+    }
+    cfg = load_config_data(ok)
+    assert (cfg.memory.embeddings.effective_model, cfg.memory.embeddings.effective_dim) == (
+        "multilingual-e5-small-q4",
+        384,
+    )
+    bad = {
+        "memory": {**ok["memory"], "embeddings": {"provider": "local-e5", "dim": 768, "endpoint": "http://x"}}
+    }
+    paths = {v.path for v in validate_config_data(bad)}
+    assert paths == {"memory.embeddings.dim", "memory.embeddings.endpoint"}
