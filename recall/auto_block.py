@@ -17,6 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from recall.graph_read import GraphReader
+from recall.person_card import NO_CARDS, PERSON_CARD_MAX_BYTES, PersonCards, person_cards
 from recall.search import Hit
 from recall.shaping import (
     CONFLICT_PREFIX,
@@ -241,6 +243,12 @@ class AutoLookup:
 
     hits: list[Hit]
     block: AutoBlock
+    cards: PersonCards = NO_CARDS  # GUIDE-08..18; empty unless the person-card switch is on
+
+    @property
+    def context_text(self) -> str:
+        """The whole automatic context: person cards, then the block (within AUTO_CONTEXT_MAX_BYTES)."""
+        return "\n\n".join(t for t in (self.cards.text, self.block.text) if t)
 
 
 def automatic_lookup(
@@ -254,18 +262,40 @@ def automatic_lookup(
     context_bytes_used: int = 0,
     superseded_ids: Collection[str] | None = None,
     intent_expiry: bool = False,
+    cards_from: GraphReader | None = None,
 ) -> AutoLookup:
     """Run the turn's one direct lookup (the bounded fifty-hit superset) and select the block from it.
 
     The lookup runs even when the gates suppress the block, so explicit ``useOriginalQuery`` still has
     it (REC-10, AUTO-17). A backend failure yields no block, never an exception into the turn.
+
+    ``cards_from`` switches on person cards (GUIDE-08..GUIDE-18) for BuJo hosts; ``None`` (default) leaves
+    the result byte-identical. Cards need an allowed turn (GUIDE-18) but not a long message (GUIDE-14),
+    are never graph-expanded answers (AUTO-23), and their bytes plus the separator count against the
+    block's share of the whole automatic context (GUIDE-15, AUTO-15).
     """
     if not owner_text.strip():
         return AutoLookup([], _empty("no_hits"))
+    cards = NO_CARDS
+    if cards_from is not None and gate.allows_automatic_context():
+        try:
+            cards = person_cards(
+                owner_text,
+                cards_from,
+                now=now,
+                tz=tz,
+                budget=min(PERSON_CARD_MAX_BYTES, AUTO_CONTEXT_MAX_BYTES - context_bytes_used),
+                superseded_ids=superseded_ids,
+                intent_expiry=intent_expiry,
+            )
+        except Exception:  # a card must never break the turn
+            cards = NO_CARDS
+        if cards.text:
+            context_bytes_used += cards.byte_size + len(b"\n\n")
     try:
         hits = list(backend.search(owner_text, limit=DELIBERATE_SUPERSET))
     except Exception:
-        return AutoLookup([], _empty("backend_unavailable"))
+        return AutoLookup([], _empty("backend_unavailable"), cards)
     block = select_auto_block(
         hits,
         now=now,
@@ -277,7 +307,7 @@ def automatic_lookup(
         superseded_ids=superseded_ids,
         intent_expiry=intent_expiry,
     )
-    return AutoLookup(hits, block)
+    return AutoLookup(hits, block, cards)
 
 
 def load_block(

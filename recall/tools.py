@@ -8,16 +8,27 @@ here, at the boundary, and passed into the pure shaping code.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from recall.graph_read import GraphReader, expand_hits
 from recall.guidance import guidance_lines, guidance_section
 from recall.journal import JournalError, JournalResult, JournalSession
 from recall.search import Hit
-from recall.shaping import Evidence, RecallHit, SearchBackend, render_shaped, shape_hits
+from recall.shaping import (
+    Evidence,
+    RecallHit,
+    SearchBackend,
+    currentness,
+    is_recallable,
+    render_shaped,
+    shape_hits,
+    to_recall_hit,
+)
 from storage.limits import DELIBERATE_SUPERSET
 
 RECALL_LIMIT_DEFAULT = 8  # AMB-30
@@ -102,6 +113,7 @@ def memory_recall(
     superseded_ids: Collection[str] | None = None,
     intent_expiry: bool = False,
     guidance: bool = True,
+    graph: GraphReader | None = None,
 ) -> RecallResult:
     """Deliberate recall over the fifty-hit superset, shaped per REC-13..REC-47.
 
@@ -109,6 +121,10 @@ def memory_recall(
     backend call (REC-10, REC-11); it is unavailable when the host has none to offer (REC-12).
     ``guidance`` adds the "Preferences & lessons" section (GUIDE-01..05); ``about`` requests never get
     it. With it off, or with no eligible labelled lines, the output is byte-identical to plain shaping.
+    ``graph`` switches on one-hop graph expansion (GRAPH-09, GRAPH-10, REC-37; also in original-query
+    mode, REC-11) for BuJo hosts; ``None`` (the default, and always for Lite/Journal, GRAPH-11) leaves the
+    output byte-identical. Expansion never runs on lexical/degraded results (REC-42) and never adds a
+    backend call; evidence notes still come from the direct superset (REC-39, REC-40).
     """
     _validate(query, use_original_query, kind, limit)
     if use_original_query and original_hits is None:
@@ -135,6 +151,27 @@ def memory_recall(
         superseded_ids=superseded_ids,
         intent_expiry=intent_expiry,
     )
+    if graph is not None and shaped.mode == "hybrid" and shaped.hits:
+        final = expand_hits(
+            [h for h in hits if is_recallable(h, superseded_ids)],
+            graph,
+            limit=limit,
+            pool=hits,
+            original_query=use_original_query,
+            superseded_ids=superseded_ids,
+        )
+        shaped = replace(
+            shaped,
+            hits=[
+                to_recall_hit(
+                    h,
+                    currentness(
+                        h, now=now, tz=tz, superseded_ids=superseded_ids, intent_expiry=intent_expiry
+                    ),
+                )
+                for h in final
+            ],
+        )
     section = None
     if guidance and about is None:
         section = guidance_section(
