@@ -42,6 +42,7 @@ from mcp.types import (
     ToolAnnotations,
 )
 
+from recall.graph_read import GraphReader
 from recall.journal import JournalSession
 from recall.tools import (
     DEGRADED_TEXT,
@@ -357,6 +358,8 @@ class MemoryTools:
                 run_history_available=False,
                 superseded_ids=superseded_ids,
                 intent_expiry=bool(memory.recall and memory.recall.intent_expiry and self.tier == "bujo"),
+                # GRAPH-09: only BuJo keeps an entity graph; Lite/Journal never expand.
+                graph=GraphReader(self.store.root) if self.tier == "bujo" else None,
             )
         except RecallInputError as exc:
             raise ToolError(exc.code, str(exc)) from None
