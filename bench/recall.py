@@ -396,7 +396,7 @@ def run_size(n: int, mode: str, n_queries: int, profiles: list[P.RecallProfile],
             second = idx.rebuild()
             print(
                 f"\nincremental: append one line {t_md * 1000:.1f} ms, upsert it {t_up * 1000:.0f} ms "
-                f"(FTS index rebuilt in the same write, AMB-32)"
+                f"(FTS postings updated incrementally in the same transaction, AMB-32)"
             )
             print(
                 f"rebuild: first {first.seconds:.1f} s ({first.embedded} embedded), second "

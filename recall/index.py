@@ -24,9 +24,11 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
+from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from recall import scoring
+from recall import connections, fts, scoring
 from recall.embedding import EmbeddingError, EmbeddingIdentity, EmbeddingProvider
 from recall.profiles import RecallProfile, resolve_profile
 from recall.search import Candidate, Hit, rank
@@ -57,6 +59,7 @@ LOCK_NAME = ".write.lock"
 GATE_NAME = ".gate"
 EXCLUDED_STATUSES = frozenset({"dropped"})  # AMB-28: dropped lines are never recallable
 BUSY_TIMEOUT_SECONDS = 3.0
+WAL_CHECKPOINT_BYTES = 2 * 1024 * 1024
 _GEN_RE = re.compile(r"^gen-(\d+)$")
 
 _DUCKDB_CONFIG = {
@@ -195,8 +198,23 @@ def _privatise(path: Path) -> None:
                 os.chmod(p, DIR_MODE)
 
 
+_FLAT = (str, int, float, bool, type(None))
+
+
+def _fields_of(bullet: Bullet) -> dict[str, Any]:
+    """``asdict(bullet)`` without its recursive deep copy (~50 µs a line, seconds per 100k rebuild):
+    equal to it whenever every field is a scalar or a tuple of scalars, as Bullet's are."""
+    out = {f.name: getattr(bullet, f.name) for f in dataclass_fields(bullet)}
+    for value in out.values():
+        if not isinstance(value, _FLAT) and not (
+            isinstance(value, tuple) and all(isinstance(v, _FLAT) for v in value)
+        ):
+            return asdict(bullet)
+    return out
+
+
 def _row(day: str, bullet: Bullet) -> dict[str, Any]:
-    fields = asdict(bullet)
+    fields = _fields_of(bullet)
     row: dict[str, Any] = {
         "id": bullet.id,
         "day": day,
@@ -226,12 +244,23 @@ def _row(day: str, bullet: Bullet) -> dict[str, Any]:
     return row
 
 
-def _source_digest(pairs: Sequence[tuple[str, str]]) -> str:
-    """Digest of the indexed (id, row digest) set: equal digests mean equal indexed content."""
-    h = hashlib.sha256()
-    for rid, digest in sorted(pairs):
-        h.update(f"{rid}\t{digest}\n".encode())
-    return h.hexdigest()
+_DIGEST_MOD = 1 << 256
+
+
+def _pair_hash(rid: str, digest: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{rid}\t{digest}\n".encode()).digest(), "big")
+
+
+def _digest_hex(total: int) -> str:
+    return f"{total % _DIGEST_MOD:064x}"
+
+
+def _source_digest(pairs: Iterable[tuple[str, str]]) -> str:
+    """Digest of the indexed (id, row digest) set: equal digests mean equal indexed content.
+
+    A sum of per-row hashes mod 2^256, so an upsert updates it from the rows it changes instead of
+    re-reading the whole table (kept in ``meta`` in the same transaction as the rows)."""
+    return _digest_hex(sum(_pair_hash(rid, digest) for rid, digest in pairs))
 
 
 class MemoryIndex:
@@ -288,7 +317,7 @@ class MemoryIndex:
     # -- DuckDB -------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _gate(self, *, exclusive: bool) -> Iterator[None]:
+    def _gate(self, *, exclusive: bool) -> Iterator[bool]:
         """Writer-preferring turnstile in front of DuckDB's own file lock.
 
         Why: DuckDB allows many read-only processes or one writer. A busy reader loop would starve a
@@ -300,18 +329,24 @@ class MemoryIndex:
         try:
             deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
             delay = 0.002
+            waited = False
             while True:
                 try:
                     fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
+                    if not waited:
+                        # Someone writes or waits to: let go of our cached read-only connections, which
+                        # would otherwise hold DuckDB's file lock against that writer.
+                        connections.drop(self.index_dir)
+                    waited = True
                     if time.monotonic() >= deadline:
                         raise IndexBusyError("the index is being written by another process") from None
                     time.sleep(delay)
                     delay = min(delay * 2, 0.05)
             if not exclusive:
                 fcntl.flock(fd, fcntl.LOCK_UN)
-            yield
+            yield not waited
         finally:
             os.close(fd)  # releases an exclusive flock
 
@@ -323,7 +358,17 @@ class MemoryIndex:
 
         ``gate=False`` only for a generation nobody else can see yet (a rebuild in progress).
         """
-        with self._gate(exclusive=not read_only) if gate else contextlib.nullcontext():
+        if not read_only:
+            connections.drop(self.index_dir)  # DuckDB: one configuration per file and process
+        with self._gate(exclusive=not read_only) if gate else contextlib.nullcontext(False) as passed:
+            cacheable = read_only and gate
+            cached = connections.acquire(db) if cacheable and passed else None
+            if cached is not None:
+                try:
+                    yield cached
+                finally:
+                    connections.release(db, cached)
+                return
             deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
             delay = 0.005
             while True:
@@ -344,7 +389,12 @@ class MemoryIndex:
                 if not verified:
                     _mark_verified(ext)
                 yield con
-            finally:
+            except BaseException:
+                con.close()
+                raise
+            if cacheable:
+                connections.release(db, con)  # kept open for the next call, or closed
+            else:
                 con.close()
 
     @staticmethod
@@ -355,6 +405,26 @@ class MemoryIndex:
             "PRAGMA create_fts_index('memories', 'id', 'text', stemmer='porter', stopwords='english', "
             "overwrite=1)"
         )
+        MemoryIndex._move_watermark(con)
+
+    @staticmethod
+    def _stored_digest(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+        """(rows, digest sum) of ``memories`` as kept in ``meta``; computed once for older databases."""
+        kept = dict(
+            con.execute("SELECT key, value FROM meta WHERE key IN ('rows', 'source_digest')").fetchall()
+        )
+        if "rows" in kept and "source_digest" in kept:
+            return int(kept["rows"]), int(kept["source_digest"], 16)
+        pairs = con.execute("SELECT id, row_digest FROM memories").fetchall()
+        return len(pairs), sum(_pair_hash(rid, digest) for rid, digest in pairs)
+
+    @staticmethod
+    def _store_digest(con: duckdb.DuckDBPyConnection, rows: int, digest: str) -> None:
+        con.execute(f"INSERT OR REPLACE INTO meta VALUES ('rows', '{int(rows)}')")
+        con.execute(f"INSERT OR REPLACE INTO meta VALUES ('source_digest', {_sql_str(digest)})")
+
+    @staticmethod
+    def _move_watermark(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(
             "INSERT OR REPLACE INTO meta VALUES ('fts_seq', "
             "(SELECT CAST(coalesce(max(seq), 0) AS VARCHAR) FROM memories))"
@@ -433,6 +503,15 @@ class MemoryIndex:
             row["seq"] = seq
 
         ident = self.identity
+        reused = self._copy_active_if_current(rows)
+        if reused is not None:
+            return RebuildReport(
+                generation=reused,
+                rows=len(rows),
+                embedded=0,
+                cached=len(rows) if ident is not None else 0,
+                seconds=round(time.perf_counter() - started, 6),
+            )
         matrix: np.ndarray | None = None
         embedded = cached = 0
         known: dict[str, np.ndarray] = {}
@@ -451,8 +530,7 @@ class MemoryIndex:
                 else np.zeros((0, ident.dim), np.float32)
             )
 
-        existing = [int(m.group(1)) for p in self.index_dir.iterdir() if (m := _GEN_RE.match(p.name))]
-        generation = max(existing, default=0) + 1
+        generation = self._next_generation()
         gen_dir = self.generation_dir(generation)
         ensure_private_dir(gen_dir)
 
@@ -460,6 +538,7 @@ class MemoryIndex:
             con.execute(_CREATE_MEMORIES)
             con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
             con.execute("INSERT INTO meta VALUES ('fts_seq', '0')")
+            self._store_digest(con, len(rows), _source_digest((r["id"], r["row_digest"]) for r in rows))
             if rows:
                 arrow_rows = pa.Table.from_pylist(rows, schema=_ARROW_SCHEMA)
                 con.register("incoming", arrow_rows)
@@ -483,12 +562,7 @@ class MemoryIndex:
         digest = _source_digest([(r["id"], r["row_digest"]) for r in rows])
         self._write_manifest(gen_dir, generation, len(rows), digest, ident.as_dict() if ident else None)
         _privatise(gen_dir)
-        atomic_write(self.index_dir / CURRENT, f"gen-{generation}\n".encode())
-        # Old generations go only after activation; a reader still inside one retries on the new one.
-        for p in self.index_dir.iterdir():
-            m = _GEN_RE.match(p.name)
-            if m and int(m.group(1)) != generation:
-                shutil.rmtree(p, ignore_errors=True)
+        self._activate(generation)
         return RebuildReport(
             generation=generation,
             rows=len(rows),
@@ -496,6 +570,61 @@ class MemoryIndex:
             cached=cached,
             seconds=round(time.perf_counter() - started, 6),
         )
+
+    def _next_generation(self) -> int:
+        existing = [int(m.group(1)) for p in self.index_dir.iterdir() if (m := _GEN_RE.match(p.name))]
+        return max(existing, default=0) + 1
+
+    def _activate(self, generation: int) -> None:
+        atomic_write(self.index_dir / CURRENT, f"gen-{generation}\n".encode())
+        connections.drop(self.index_dir)
+        # Old generations go only after activation; a reader still inside one retries on the new one.
+        for p in self.index_dir.iterdir():
+            m = _GEN_RE.match(p.name)
+            if m and int(m.group(1)) != generation:
+                shutil.rmtree(p, ignore_errors=True)
+
+    def _copy_active_if_current(self, rows: list[dict[str, Any]]) -> int | None:
+        """Second-rebuild fast path: when the active generation already holds exactly ``rows`` — same
+        source digest in its manifest and in its database (written with the rows), the same seq order a
+        fresh build assigns, a complete FTS index and, for an embedder, one vector per row of this
+        identity — copy its files as the new generation instead of rebuilding (caller holds the lock)."""
+        manifest = self.manifest()
+        ident = self.identity
+        if manifest is None or manifest.get("embedding") != (ident.as_dict() if ident is not None else None):
+            return None
+        digest = _source_digest((r["id"], r["row_digest"]) for r in rows)
+        if manifest.get("source_digest") != digest:
+            return None
+        old = self.generation_dir(int(manifest["generation"]))
+        try:
+            with self._connect(old / DB_NAME, read_only=True) as con:
+                meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+                if meta.get("source_digest") != digest or meta.get("fts_seq") != str(len(rows)):
+                    return None
+                if not fts.has_index(con):
+                    return None
+                seqs = dict(con.execute("SELECT id, seq FROM memories").fetchall())
+        except (OSError, duckdb.Error):
+            return None
+        if seqs != {r["id"]: r["seq"] for r in rows}:
+            return None
+        if ident is not None:
+            table = self._lance_table(old)
+            if table is None or table.count_rows() != len(rows):
+                return None
+        generation = self._next_generation()
+        gen_dir = self.generation_dir(generation)
+        try:
+            # No writer can be inside ``old``: they all hold the write lock, as our caller does.
+            shutil.copytree(old, gen_dir, ignore=shutil.ignore_patterns(MANIFEST))
+        except OSError:
+            shutil.rmtree(gen_dir, ignore_errors=True)
+            return None
+        self._write_manifest(gen_dir, generation, len(rows), digest, manifest.get("embedding"))
+        _privatise(gen_dir)
+        self._activate(generation)
+        return generation
 
     def _write_manifest(
         self, gen_dir: Path, generation: int, rows: int, digest: str, embedding: dict[str, Any] | None
@@ -544,6 +673,10 @@ class MemoryIndex:
         gen_dir = self.generation_dir(generation)
         ident = self.identity
         with self._connect(gen_dir / DB_NAME, read_only=False) as con:
+            # Leave small writes in the WAL instead of checkpointing the whole FTS index on every close
+            # (~0.5 s at 100k rows); DuckDB checkpoints by itself once the WAL outgrows the threshold.
+            con.execute("PRAGMA disable_checkpoint_on_shutdown")
+            con.execute(f"SET checkpoint_threshold = '{WAL_CHECKPOINT_BYTES}B'")
             stored = {
                 rid: (digest, chash)
                 for rid, digest, chash in con.execute(
@@ -559,6 +692,17 @@ class MemoryIndex:
                 if r["status"] not in EXCLUDED_STATUSES and stored.get(rid, ("", ""))[0] != r["row_digest"]
             ]
             (max_seq,) = con.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()  # type: ignore[misc]
+            n_rows, total = self._stored_digest(con)
+            for rid in removed:
+                n_rows -= 1
+                total -= _pair_hash(rid, stored[rid][0])
+            for r in changed:
+                if r["id"] in stored:
+                    total -= _pair_hash(r["id"], stored[r["id"]][0])
+                else:
+                    n_rows += 1
+                total += _pair_hash(r["id"], r["row_digest"])
+            digest = _digest_hex(total)
             for offset, row in enumerate(changed, start=1):
                 row["seq"] = max_seq + offset
             if changed or removed:
@@ -570,9 +714,15 @@ class MemoryIndex:
                     con.register("incoming", pa.Table.from_pylist(changed, schema=_ARROW_SCHEMA))
                     con.execute(f"INSERT INTO memories SELECT {', '.join(_COLUMNS)} FROM incoming")
                     con.unregister("incoming")
+                indexed = fts.has_index(con)
+                if indexed:
+                    # Same transaction as the rows: the FTS index never lags behind them (AMB-32).
+                    fts.apply_changes(con, removed + [r["id"] for r in changed], [r["id"] for r in changed])
+                    self._move_watermark(con)
+                self._store_digest(con, n_rows, digest)
                 con.execute("COMMIT")
-                self._rebuild_fts(con)
-            pairs = con.execute("SELECT id, row_digest FROM memories").fetchall()
+                if not indexed:
+                    self._rebuild_fts(con)
         new_text = {r["id"] for r in changed if stored.get(r["id"], ("", ""))[1] != r["content_hash"]}
 
         manifest = self.manifest(generation) or {}
@@ -581,13 +731,11 @@ class MemoryIndex:
             if ident is not None and manifest.get("embedding") == ident.as_dict():
                 table = self._lance_table(gen_dir)
                 if table is not None:
-                    healed = self._upsert_vectors(table, incoming, removed, new_text, ident.dim)
+                    healed = self._upsert_vectors(table, incoming, removed, new_text, ident.dim, gen_dir)
         finally:
             # Keep the generation's own identity: a Lite caller may upsert into a hybrid generation.
             if changed or removed:
-                self._write_manifest(
-                    gen_dir, generation, len(pairs), _source_digest(pairs), manifest.get("embedding")
-                )
+                self._write_manifest(gen_dir, generation, int(n_rows), str(digest), manifest.get("embedding"))
                 _privatise(gen_dir)
         return len(removed) + len(changed) + healed
 
@@ -598,6 +746,7 @@ class MemoryIndex:
         removed: list[str],
         new_text: set[str],
         dim: int,
+        gen_dir: Path,
     ) -> int:
         """Replace vectors of changed text, drop removed ones, and fill any still missing (after an
         embedding outage) so a replayed upsert heals the index. Returns the count of healed rows."""
@@ -608,6 +757,7 @@ class MemoryIndex:
             present = set(res.column("id").to_pylist())
         healed = [rid for rid in live if rid not in present and rid not in new_text]
         stale = removed + sorted(new_text & present)
+        before = _vector_version(gen_dir, table)
         if stale:
             table.delete(_id_filter(stale))
         to_embed = [incoming[rid] for rid in live if rid in new_text or rid in healed]
@@ -617,6 +767,11 @@ class MemoryIndex:
                 [r["id"] for r in to_embed], vectors, [r["content_hash"] for r in to_embed], dim
             )
             table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(batch)
+        if stale or to_embed:
+            ids = [r["id"] for r in to_embed]
+            fresh = vectors if to_embed else np.zeros((0, dim), np.float32)
+            after = _vector_version(gen_dir, table)
+            _patch_vector_snapshot(gen_dir, before, after, set(stale) | set(ids), ids, fresh)
         return len(healed)
 
     # -- search -------------------------------------------------------------------------------------
@@ -682,16 +837,14 @@ class MemoryIndex:
         vec_hits: dict[str, tuple[int, float]] = {}
         stored_vectors: dict[str, np.ndarray] = {}
         table = self._lance_table(gen_dir) if query_vec is not None else None
+        snapshot: _VectorSnapshot | None = None
         if query_vec is not None and table is not None:
-            res = (
-                table.search(query_vec, vector_column_name="vector")
-                .distance_type("dot")
-                .limit(pool)
-                .select(["id", "vector", "_distance"])
-                .to_arrow()
-            )
-            ids = res.column("id").to_pylist()
-            vecs = _vectors_of(res, query_vec.shape[0])
+            # Exact top-``pool`` by dot product, as LanceDB's flat scan, over a per-process float32 copy
+            # of the table that is reloaded whenever the table's version moves (any writer, any process).
+            snapshot = _vector_snapshot(gen_dir, table, query_vec.shape[0])
+            top = snapshot.top(query_vec, pool)
+            ids = [snapshot.ids[i] for i in top]
+            vecs = snapshot.buf[top]
             cos = vecs @ query_vec if len(ids) else np.zeros(0, np.float32)
             order = sorted(range(len(ids)), key=lambda i: (-float(cos[i]), ids[i]))
             for rank, i in enumerate(order, start=1):
@@ -699,21 +852,27 @@ class MemoryIndex:
                 stored_vectors[ids[i]] = vecs[i]
 
         query_words = scoring.word_tokens(query)
-        with self._connect(gen_dir / DB_NAME, read_only=True) as con:
+        db = gen_dir / DB_NAME
+        with self._connect(db, read_only=True) as con:
             bm25: list[tuple[str, float]] = []
+            meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+            watermark = int(meta.get("fts_seq") or 0)
+            text = query.replace(chr(0), " ")
             try:
-                bm25 = con.execute(
-                    "SELECT id, score FROM (SELECT id, fts_main_memories.match_bm25(id, "
-                    f"{_sql_str(query.replace(chr(0), ' '))}) AS score FROM memories) "
-                    f"WHERE score IS NOT NULL ORDER BY score DESC, id LIMIT {int(pool)}"
-                ).fetchall()
-                watermark = int(con.execute("SELECT value FROM meta WHERE key = 'fts_seq'").fetchone()[0])  # type: ignore[index]
+                if "source_digest" in meta:
+                    # Every writer changes the digest (and the file) in the transaction that changes the
+                    # FTS tables, so this key names one state of them: score from the in-memory copy.
+                    key = (connections.identity(db), watermark, meta.get("rows"), meta["source_digest"])
+                    bm25 = fts.snapshot(str(db), key, con).top(fts.query_terms(con, text), pool)
+                else:
+                    bm25 = con.execute(fts.bm25_sql(text, pool)).fetchall()
             except duckdb.CatalogException:
                 watermark = 0  # FTS index never built (crash mid-write): scan everything lexically
             wanted = list(dict.fromkeys([i for i, _ in bm25] + list(vec_hits)))
+            # Two selections, not one OR: the id list is a key lookup, the tail a zone-map pruned scan.
             rows = con.execute(
-                f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN {_sql_in(wanted)} "
-                f"OR seq > {int(watermark)}"
+                f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN {_sql_in(wanted)} UNION ALL "
+                f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE seq > {int(watermark)}"
             ).fetchall()
         records = {r[0]: dict(zip(_COLUMNS, r, strict=True)) for r in rows}
 
@@ -741,22 +900,119 @@ class MemoryIndex:
 
         # Every candidate is scored by its STORED vector (REC-24): fetch those BM25 found but the
         # vector retriever did not return.
-        missing = [c.id for c in candidates if c.id not in stored_vectors]
-        if missing:
-            res = (
-                table.search()
-                .where(_id_filter(missing))
-                .select(["id", "vector"])
-                .limit(len(missing))
-                .to_arrow()
-            )
-            vecs = _vectors_of(res, query_vec.shape[0])
-            for rid, vec in zip(res.column("id").to_pylist(), vecs, strict=True):
-                stored_vectors[rid] = vec
+        assert snapshot is not None
+        for c in candidates:
+            if c.id not in stored_vectors and (row := snapshot.row_of.get(c.id)) is not None:
+                stored_vectors[c.id] = snapshot.buf[row]
         for c in candidates:
             if c.cosine is None and c.id in stored_vectors:
                 c.cosine = float(stored_vectors[c.id] @ query_vec)
         return candidates, True
+
+
+class _VectorSnapshot:
+    """All (id, vector) rows of one LanceDB table version, as rows ``[:n]`` of a float32 buffer.
+
+    A buffer is shared by the snapshots patched from one another (each reads only its own ``n`` rows
+    and skips its own ``dead`` rows), so this process's upsert costs O(changed rows), not a copy."""
+
+    def __init__(
+        self,
+        version: tuple[int, ...],
+        ids: list[str],
+        buf: np.ndarray,
+        n: int,
+        row_of: dict[str, int] | None = None,
+        dead: frozenset[int] = frozenset(),
+    ) -> None:
+        self.version = version
+        self.ids = ids
+        self.buf = buf
+        self.n = n
+        self.row_of = row_of if row_of is not None else {rid: i for i, rid in enumerate(ids)}
+        self.dead = dead
+
+    @classmethod
+    def load(cls, version: tuple[int, ...], ids: list[str], matrix: np.ndarray) -> _VectorSnapshot:
+        return cls(version, ids, np.ascontiguousarray(matrix, dtype=np.float32), len(ids))
+
+    def top(self, query_vec: np.ndarray, k: int) -> np.ndarray:
+        k = min(k, self.n - len(self.dead))
+        if k <= 0:
+            return np.zeros(0, np.int64)
+        if k == self.n:
+            return np.arange(self.n)
+        scores = self.buf[: self.n] @ query_vec
+        if self.dead:
+            scores[np.fromiter(self.dead, np.int64)] = -np.inf
+        return np.argpartition(-scores, k - 1)[:k]
+
+    def patched(
+        self, version: tuple[int, ...], dropped: set[str], ids: list[str], vectors: np.ndarray
+    ) -> _VectorSnapshot:
+        dead = set(self.dead)
+        row_of = dict(self.row_of)
+        for rid in dropped:
+            row = row_of.pop(rid, None)
+            if row is not None:
+                dead.add(row)
+        n = self.n + len(ids)
+        buf = self.buf
+        if n > len(buf) or not buf.flags.writeable:  # Arrow-backed after a load: copy once, with room
+            buf = np.empty((max(n, len(buf) + len(buf) // 4 + 64), buf.shape[1]), np.float32)
+            buf[: self.n] = self.buf[: self.n]
+        buf[self.n : n] = vectors
+        for offset, rid in enumerate(ids):
+            row_of[rid] = self.n + offset
+        return _VectorSnapshot(version, self.ids + ids, buf, n, row_of, frozenset(dead))
+
+
+_VECTOR_SNAPSHOTS: dict[str, _VectorSnapshot] = {}  # generation dir → latest snapshot seen here
+_VECTOR_LOCK = threading.Lock()
+
+
+def _vector_version(gen_dir: Path, table: Any) -> tuple[int, ...]:
+    # The version alone could repeat if the index folder is deleted and gen-<n> rebuilt: add the
+    # identity of the dataset folder, which is created anew with every generation.
+    st = os.stat(gen_dir / LANCE_DIR)
+    return (int(table.version), st.st_ino, st.st_ctime_ns)
+
+
+def _patch_vector_snapshot(
+    gen_dir: Path,
+    before: tuple[int, ...],
+    after: tuple[int, ...],
+    dropped: set[str],
+    ids: list[str],
+    vectors: np.ndarray,
+) -> None:
+    """After this process's own upsert (under the write lock): move a snapshot of version ``before``
+    to ``after`` in memory instead of re-reading the whole table on the next search."""
+    key = str(gen_dir)
+    fresh = np.asarray(vectors, dtype=np.float32)
+    with _VECTOR_LOCK:
+        snap = _VECTOR_SNAPSHOTS.get(key)
+        if snap is None or snap.version != before or fresh.shape != (len(ids), snap.buf.shape[1]):
+            _VECTOR_SNAPSHOTS.pop(key, None)
+            return
+        _VECTOR_SNAPSHOTS[key] = snap.patched(after, dropped, ids, fresh)
+
+
+def _vector_snapshot(gen_dir: Path, table: Any, dim: int) -> _VectorSnapshot:
+    key = str(gen_dir)
+    version = _vector_version(gen_dir, table)
+    with _VECTOR_LOCK:
+        snap = _VECTOR_SNAPSHOTS.get(key)
+        if snap is not None and snap.version == version:
+            return snap
+    data = table.to_arrow().select(["id", "vector"])
+    snap = _VectorSnapshot.load(version, data.column("id").to_pylist(), _vectors_of(data, dim))
+    with _VECTOR_LOCK:
+        # Keep one snapshot per index root: a newer generation replaces the older one.
+        for other in [k for k in _VECTOR_SNAPSHOTS if Path(k).parent == gen_dir.parent and k != key]:
+            del _VECTOR_SNAPSHOTS[other]
+        _VECTOR_SNAPSHOTS[key] = snap
+    return snap
 
 
 def _id_filter(ids: Sequence[str]) -> str:

@@ -1,0 +1,139 @@
+"""Fast paths of the recall index: incremental FTS postings, per-process caches, second-rebuild copy.
+
+Each must be invisible in results: scores equal a from-scratch rebuild, other processes' writes are
+seen at once, and a cached reader never keeps another process's writer out."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import recall.index as index_mod
+from recall.index import MemoryIndex
+from storage.markdown import append_bullets
+from tests.test_recall_index import HashEmbedder, bullet, write_store
+
+QUERIES = [
+    "Morgan tea",
+    "tax deadline 2026-04-15",
+    "cat mat afternoon",
+    "born 1988 Porto",
+    "lighthouse keeper",
+    "winter tyres car",
+]
+
+
+def _bm25(idx: MemoryIndex, query: str) -> list[tuple[str, int | None, float | None]]:
+    candidates, _ = idx.candidates(query, pool=50)
+    hits = [(c.id, c.bm25_rank, c.bm25_score) for c in candidates if c.bm25_rank is not None]
+    return sorted(hits, key=lambda h: h[1] or 0)
+
+
+def _fresh(root: Path, tmp_path: Path, embedder: object | None) -> MemoryIndex:
+    """A from-scratch index over a copy of ``root``'s Markdown."""
+    copy = tmp_path / f"fresh-{len(list(tmp_path.iterdir()))}"
+    shutil.copytree(root / "daily", copy / "daily")
+    idx = MemoryIndex(copy, embedder)  # type: ignore[arg-type]
+    idx.rebuild()
+    return idx
+
+
+def _assert_same_bm25(got: MemoryIndex, want: MemoryIndex) -> None:
+    for q in QUERIES:
+        a, b = _bm25(got, q), _bm25(want, q)
+        assert [(i, r) for i, r, _ in a] == [(i, r) for i, r, _ in b], q
+        assert [s for _, _, s in a] == pytest.approx([s for _, _, s in b], rel=1e-12, abs=1e-12), q
+
+
+def test_upserts_score_exactly_as_a_full_rebuild(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    write_store(root)
+    idx = MemoryIndex(root, None)
+    idx.rebuild()
+    for q in QUERIES:
+        idx.search(q)  # warm every per-process cache before the writes
+    day = "2026-03-04"
+    lines = [
+        bullet("The lighthouse keeper on Sark feeds a cat named Tea.", id="keeper"),
+        bullet("Morgan's second lighthouse visit was cancelled.", id="visit"),
+    ]
+    append_bullets(root / "daily" / f"{day}.md", day, lines)
+    assert idx.upsert([(day, b) for b in lines]) == 2
+    # A later day's occurrence of an id wins (date order): changes are written there.
+    changed = bullet("The quarterly tax deadline moved to 2026-05-01 for the lighthouse.", id="tax")
+    append_bullets(root / "daily" / "2026-03-05.md", "2026-03-05", [changed])
+    assert idx.upsert([("2026-03-05", changed)]) == 1
+    dropped = bullet("Morgan's second lighthouse visit was cancelled.", id="visit", status="dropped")
+    append_bullets(root / "daily" / "2026-03-06.md", "2026-03-06", [dropped])
+    assert idx.upsert([("2026-03-06", dropped)]) == 1
+    assert _bm25(idx, "lighthouse keeper")[0][0] == "keeper"
+    assert "visit" not in {i for i, _, _ in _bm25(idx, "lighthouse visit")}
+    assert idx.manifest()["source_digest"] == idx.source_digest()  # type: ignore[index]
+    _assert_same_bm25(idx, _fresh(root, tmp_path, None))
+    # A new process (no caches) reads the same.
+    _assert_same_bm25(MemoryIndex(root, None), idx)
+
+
+_UPSERT_ONE = """
+import sys
+from pathlib import Path
+from recall.index import MemoryIndex
+from storage.markdown import Bullet
+from tests.test_recall_index import HashEmbedder
+b = Bullet(signifier="–", text="Quentin repaired the lighthouse lamp.", id="lamp", type="note",
+           status="open", recorded="2026-03-09T10:00:00.000Z")
+print(MemoryIndex(Path(sys.argv[1]), HashEmbedder()).upsert([("2026-03-09", b)]), flush=True)
+"""
+
+
+def test_cached_reader_neither_blocks_nor_misses_another_process_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "mem"
+    write_store(root)
+    idx = MemoryIndex(root, HashEmbedder())
+    idx.rebuild()
+    assert "lamp" not in {h.id for h in idx.search("lighthouse lamp", limit=50)}  # caches are warm now
+    monkeypatch.setattr(index_mod, "BUSY_TIMEOUT_SECONDS", 3.0)
+    out = subprocess.run(
+        [sys.executable, "-c", _UPSERT_ONE, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(index_mod.__file__).parent.parent,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"
+    hits = idx.search("Quentin repaired the lighthouse lamp", limit=3)
+    assert hits[0].id == "lamp" and hits[0].bm25_rank == 1 and hits[0].cosine is not None
+
+
+def test_second_rebuild_copies_only_an_equivalent_generation(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    write_store(root)
+    embedder = HashEmbedder()
+    idx = MemoryIndex(root, embedder)
+    first = idx.rebuild()
+    before = {q: [(h.id, h.score) for h in idx.search(q)] for q in QUERIES}
+    embedder.calls = 0
+    second = idx.rebuild()
+    assert (second.generation, second.embedded, second.cached) == (first.generation + 1, 0, first.rows)
+    assert embedder.calls == 0
+    assert {q: [(h.id, h.score) for h in idx.search(q)] for q in QUERIES} == before
+    # An upsert into an earlier day gives the row a seq a fresh build would not: the next rebuild must
+    # rank exactly like a fresh one (neighbour bonuses read seq), so it may not copy.
+    early = bullet("Morgan saw a lighthouse on the first day.", id="early")
+    append_bullets(root / "daily" / "2026-03-01.md", "2026-03-01", [early])
+    idx.upsert([("2026-03-01", early)])
+    third = idx.rebuild()
+    fresh = _fresh(root, tmp_path, HashEmbedder())
+    for q in [*QUERIES, "lighthouse first day"]:
+        got = [(h.id, h.score) for h in idx.search(q, profile="tuned")]
+        want = [(h.id, h.score) for h in fresh.search(q, profile="tuned")]
+        assert [i for i, _ in got] == [i for i, _ in want], q
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9), q
+    assert third.rows == first.rows + 1
