@@ -29,7 +29,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from storage.admission_rules import SourceLabel, WriteMode, capture_parts, host_summary, source_label
+from storage.admission_rules import (
+    SourceLabel,
+    WriteMode,
+    capture_parts,
+    host_summary,
+    skip_reason,
+    source_label,
+)
 from storage.fsio import (
     UnsafePathError,
     atomic_write,
@@ -40,7 +47,7 @@ from storage.fsio import (
 )
 from storage.ledger import Ledger, LedgerIntegrityError
 from storage.limits import MAX_ACTIVE_RECORDS, MAX_RECORD_BYTES, MAX_RESOLVED_RECEIPTS, RUN_ID_HASH_HEX_LEN
-from storage.turn import CompletedTurn
+from storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 
 INTAKE_DIR = ".capture-intake"
 RECORD_VERSION = 1
@@ -213,6 +220,32 @@ def build_payload(turn: CompletedTurn, *, write_mode: WriteMode, tier: Tier) -> 
         user_text, answer = capture_parts(turn)
         payload = payload.model_copy(update={"capture_user_text": user_text, "capture_answer": answer})
     return _fit_record(payload)
+
+
+def admit_turn(
+    intake: Intake,
+    turn: CompletedTurn,
+    *,
+    tier: Tier,
+    write_mode: WriteMode,
+    capture_cron: bool | None = None,
+    capture_webhook: bool | None = None,
+) -> AdmissionResult:
+    """The whole admission of one turn, without any workflow start: skip rules → payload → ``admit``.
+
+    Shared by ``MemoryStore.persist_completed_turn`` and the backfill activity, so both admit the same
+    bytes. Everything that can reject the turn runs before the one durable write; ``admit`` itself
+    changes nothing when it raises (conflict, capacity, corruption).
+    """
+    reason = skip_reason(
+        turn, write_mode=write_mode, capture_cron=capture_cron, capture_webhook=capture_webhook
+    )
+    if reason is not None:
+        return AdmissionResult(status=AdmissionStatus.SKIPPED, skip_reason=reason)
+    payload = build_payload(turn, write_mode=write_mode, tier=tier)
+    outcome = intake.admit(payload)
+    status = AdmissionStatus.ADMITTED if outcome == "admitted" else AdmissionStatus.DUPLICATE
+    return AdmissionResult(status=status, intake_id=payload.id)
 
 
 def _fit_record(payload: IntakePayload) -> IntakePayload:

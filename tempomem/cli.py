@@ -479,6 +479,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_export_commands(sub, _load)  # export, import apply|restore
     add_codec_commands(sub, _load)  # codec-server, codec-keygen
+    from tempomem import backfill as backfill_cli  # import-light; Temporal loads when a command runs
+
+    p = sub.add_parser(
+        "backfill",
+        help="admit a JSONL of completed turns (or a LoCoMo JSON) through the intake, with progress",
+    )
+    backfill_cli.add_backfill_arguments(p)
+    p.set_defaults(func=backfill_cli.cmd_backfill)
+
+    p = sub.add_parser(
+        "consolidate", help="regenerate index.md (no model call, no canonical change); --schedule: periodic"
+    )
+    backfill_cli.add_consolidate_arguments(p)
+    p.set_defaults(func=backfill_cli.cmd_consolidate)
     return parser
 
 

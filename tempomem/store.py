@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 from activities.context import CaptureSettings, StoreContext
 from activities.sweep import start_capture
-from storage.admission_rules import skip_reason
-from storage.intake import Intake, build_payload
+from storage.intake import Intake, admit_turn
 from storage.snapshot import Sink, SnapshotPublisher
 from storage.store_ref import store_id, task_queue
 from storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
@@ -103,22 +102,18 @@ class MemoryStore:
         """
         memory = self.config.memory
         capture = memory.capture
-        reason = skip_reason(
+        result = admit_turn(
+            self.intake,
             turn,
+            tier=memory.mode,
             write_mode=memory.write_mode,
             capture_cron=capture.cron if capture else None,
             capture_webhook=capture.webhook if capture else None,
         )
-        if reason is not None:
-            return AdmissionResult(status=AdmissionStatus.SKIPPED, skip_reason=reason)
-        payload = build_payload(turn, write_mode=memory.write_mode, tier=memory.mode)
-        outcome = self.intake.admit(payload)
-        if outcome == "duplicate":
-            return AdmissionResult(status=AdmissionStatus.DUPLICATE, intake_id=payload.id)
-        started, warning = await self._try_start(payload.id)
-        return AdmissionResult(
-            status=AdmissionStatus.ADMITTED, intake_id=payload.id, workflow_started=started, warning=warning
-        )
+        if result.status is not AdmissionStatus.ADMITTED or result.intake_id is None:
+            return result
+        started, warning = await self._try_start(result.intake_id)
+        return result.model_copy(update={"workflow_started": started, "warning": warning})
 
     async def _try_start(self, intake_id: str) -> tuple[bool, str | None]:
         if time.monotonic() < self._start_blocked_until:

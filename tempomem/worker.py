@@ -22,6 +22,7 @@ from temporalio.client import (
 )
 from temporalio.worker import Worker
 
+from activities.consolidation import ensure_consolidation_schedule
 from activities.context import StoreContext
 from activities.curation import CurationActivities
 from activities.intake_ops import IntakeActivities
@@ -30,6 +31,7 @@ from activities.sweep import SweepActivities, register_search_attributes, sweep_
 from storage.fence import hold_fence
 from storage.limits import SHUTDOWN_DRAIN_SECONDS
 from storage.snapshot import Sink, SnapshotPublisher
+from tempomem.backfill import backfill_worker_extras
 from tempomem.export import recover_interrupted_import
 from workflows.capture import CaptureWorkflow
 from workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
@@ -63,11 +65,12 @@ def store_activities(ctx: StoreContext) -> Sequence[Any]:
 
 def build_worker(client: Client, ctx: StoreContext, *, executor: concurrent.futures.Executor) -> Worker:
     """One activity at a time: captures of one store never race each other (INTAKE-15)."""
+    extra_workflows, extra_activities = backfill_worker_extras(ctx)  # backfill + consolidation
     return Worker(
         client,
         task_queue=ctx.task_queue,
-        workflows=[CaptureWorkflow, IntakeSweepWorkflow],
-        activities=store_activities(ctx),
+        workflows=[CaptureWorkflow, IntakeSweepWorkflow, *extra_workflows],
+        activities=[*store_activities(ctx), *extra_activities],
         activity_executor=executor,
         max_concurrent_activities=1,
         graceful_shutdown_timeout=timedelta(seconds=SHUTDOWN_DRAIN_SECONDS),
@@ -137,6 +140,7 @@ async def _run(
             log.info("start sweep: %d due, %d started", swept.due, swept.started)
             if schedule:
                 await ensure_sweep_schedule(client, ctx)
+                await ensure_consolidation_schedule(client, ctx)
             publisher.notify()
             await stop.wait()
             publisher.set_shutdown("draining")

@@ -1,0 +1,303 @@
+"""BackfillWorkflow: admit every turn of a file through the intake, then capture each one as a child.
+
+The input names the file (an absolute path on the worker host and its sha256), offsets, counters and
+knobs — never memory text. The ``backfill.admit_batch`` activity reads the next lines, validates each
+one fully, admits it through the store's intake and returns intake ids and counts. Each admitted record
+gets its ``CaptureWorkflow`` (id ``capture-<64-hex>``) as a child on the same task queue, at most
+``window`` in flight. Before the history grows large the workflow drains its window and continues as new
+from the next offset, so a backfill of any size keeps a short history; a crash anywhere resumes from the
+last recorded event and admission is idempotent (a replayed line comes back ``duplicate``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows import search_attributes as sa
+    from workflows.common import (
+        CAPTURE_WORKFLOW,
+        CaptureInput,
+        CaptureOutcome,
+        RecordRef,
+        capture_workflow_id,
+    )
+
+BACKFILL_WORKFLOW = "BackfillWorkflow"
+ADMIT_BATCH = "backfill.admit_batch"
+RECORD_STATE = "backfill.record_state"
+PROGRESS_QUERY = "progress"
+
+MAX_REPORTED_BAD_LINES = 100  # the count is exact; only the first line numbers are kept
+POLL_CAP_SECONDS = 300
+SOURCE_FORMATS = ("jsonl", "locomo-turns", "locomo-pairs")
+
+
+def backfill_workflow_id(store_id: str, digest: str) -> str:
+    """One backfill per store and file content: re-running the same file finds (or re-runs) it."""
+    return f"backfill-{store_id}-{digest}"
+
+
+@dataclass(frozen=True)
+class BackfillSource:
+    path: str  # absolute, on the worker host that owns the store
+    digest: str  # sha256 of the file's bytes; the activity refuses a file that changed
+    format: str  # one of SOURCE_FORMATS
+
+
+@dataclass(frozen=True)
+class BadLine:
+    line: int  # 1-based line number (JSONL) or turn ordinal (LoCoMo)
+    reason: str  # content-free: field names and error codes, never text
+
+
+@dataclass
+class BackfillProgress:
+    """Content-free counts answered by the ``progress`` query and returned as the result."""
+
+    total: int = 0  # data lines (JSONL) or turns (LoCoMo) in the file, known after the first batch
+    read: int = 0  # data lines read so far, bad ones included
+    admitted: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    bad_lines: int = 0
+    completed: int = 0  # captures awaited to their end; minus resolved and dead = left pending (sweeper)
+    resolved: int = 0  # records resolved when their capture ended
+    dead: int = 0  # records dead-lettered (``tempomem retry`` makes them due again)
+    settled: int = 0  # lines fully handled: bad, skipped, already processed, or captured to the end
+    in_flight: int = 0
+    continue_as_new_runs: int = 0
+    done: bool = False
+    bad: list[BadLine] = field(default_factory=list)  # the first MAX_REPORTED_BAD_LINES
+
+
+@dataclass(frozen=True)
+class BackfillInput:
+    store_id: str
+    source: BackfillSource
+    position: int = 0  # last line number (JSONL) / turn ordinal (LoCoMo) already consumed
+    byte_offset: int = 0  # JSONL: where the line after ``position`` starts
+    window: int = 8  # capture children in flight
+    batch_size: int = 64  # lines per admission activity
+    continue_as_new_every: int = 500  # lines per run before continuing as new
+    first_delay_seconds: int = 60  # passed to each CaptureWorkflow (AMB-10 schedule scale)
+    poll_seconds: int = 2  # first poll interval when another starter owns a record's capture
+    search_attributes: bool = False  # the Tempomem* attributes are registered on the namespace
+    progress: BackfillProgress | None = None  # carried across continue-as-new
+
+
+@dataclass(frozen=True)
+class AdmitBatchInput:
+    store_id: str
+    source: BackfillSource
+    position: int
+    byte_offset: int
+    max_items: int
+
+
+@dataclass(frozen=True)
+class AdmitBatchResult:
+    position: int
+    byte_offset: int
+    eof: bool
+    total: int
+    read: int
+    admitted: int
+    duplicates: int
+    skipped: int
+    bad: list[BadLine]
+    capture: list[str]  # intake ids whose records are pending: admitted now, or by an earlier try
+    tier: str
+    write_mode: str
+
+
+# Admission is idempotent, so retries are safe; ~15 min of them rides out a full intake (capacity) or a
+# restarting worker, then the backfill fails visibly (re-running the command resumes it).
+_ADMIT_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(minutes=1),
+    maximum_attempts=20,
+    non_retryable_error_types=["source_changed", "source_invalid", "storage_error", "wrong_store"],
+)
+
+
+@workflow.defn(name=BACKFILL_WORKFLOW)
+class BackfillWorkflow:
+    def __init__(self) -> None:
+        self._p = BackfillProgress()
+        self._tier = ""
+        self._write_mode = ""
+
+    @workflow.query(name=PROGRESS_QUERY)
+    def progress(self) -> BackfillProgress:
+        return self._p
+
+    @workflow.run
+    async def run(self, inp: BackfillInput) -> BackfillProgress:
+        if inp.source.format not in SOURCE_FORMATS:
+            raise ApplicationError(f"unknown source format {inp.source.format!r}", non_retryable=True)
+        if inp.window < 1 or inp.batch_size < 1 or inp.continue_as_new_every < 1:
+            raise ApplicationError("window, batch_size and continue_as_new_every must be ≥ 1")
+        p = self._p = dataclasses.replace(inp.progress) if inp.progress else BackfillProgress()
+        p.bad = list(p.bad)
+        position, byte_offset = inp.position, inp.byte_offset
+        eof = False
+        read_this_run = 0
+        queue: deque[str] = deque()
+        running: list[asyncio.Task[None]] = []
+        self._report()
+        while True:
+            roll_over = (
+                read_this_run >= inp.continue_as_new_every or workflow.info().is_continue_as_new_suggested()
+            )
+            if not queue and not eof and not roll_over:
+                batch = await self._admit(
+                    inp, position, byte_offset, inp.continue_as_new_every - read_this_run
+                )
+                position, byte_offset, eof = batch.position, batch.byte_offset, batch.eof
+                read_this_run += batch.read
+                queue.extend(batch.capture)
+                self._count(batch)
+            while queue and len(running) < inp.window:
+                running.append(asyncio.create_task(self._capture(inp, queue.popleft())))
+            p.in_flight = len(running)
+            self._report()
+            if running:
+                _, running = await workflow.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            if queue:
+                continue
+            if eof:
+                break
+            if roll_over:
+                # The window is drained (no child outlives this run); carry counts and offsets over.
+                p.continue_as_new_runs += 1
+                p.in_flight = 0
+                workflow.continue_as_new(
+                    dataclasses.replace(inp, position=position, byte_offset=byte_offset, progress=p)
+                )
+        p.in_flight = 0
+        p.done = True
+        self._report()
+        return p
+
+    async def _admit(
+        self, inp: BackfillInput, position: int, byte_offset: int, room: int
+    ) -> AdmitBatchResult:
+        return await workflow.execute_activity(
+            ADMIT_BATCH,
+            AdmitBatchInput(
+                inp.store_id, inp.source, position, byte_offset, max(1, min(inp.batch_size, room))
+            ),
+            result_type=AdmitBatchResult,
+            start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=timedelta(seconds=10),
+            retry_policy=_ADMIT_RETRY,
+            summary=f"admit lines after {position}",
+        )
+
+    def _count(self, batch: AdmitBatchResult) -> None:
+        p = self._p
+        self._tier, self._write_mode = batch.tier, batch.write_mode
+        p.total = batch.total
+        p.read += batch.read
+        p.admitted += batch.admitted
+        p.duplicates += batch.duplicates
+        p.skipped += batch.skipped
+        p.bad_lines += len(batch.bad)
+        room = MAX_REPORTED_BAD_LINES - len(p.bad)
+        if room > 0:
+            p.bad.extend(batch.bad[:room])
+        p.settled += batch.read - len(batch.capture)
+
+    async def _capture(self, inp: BackfillInput, intake_id: str) -> None:
+        try:
+            handle = await workflow.start_child_workflow(
+                CAPTURE_WORKFLOW,
+                CaptureInput(
+                    intake_id=intake_id,
+                    store_id=inp.store_id,
+                    first_delay_seconds=inp.first_delay_seconds,
+                    search_attributes=inp.search_attributes,
+                ),
+                id=capture_workflow_id(intake_id),
+                result_type=CaptureOutcome,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                # A capture owns its record's retry budget; it must outlive a cancelled backfill.
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                search_attributes=self._child_attributes(inp) if inp.search_attributes else None,
+                static_summary=f"capture {intake_id[:12]}… · backfill · store {inp.store_id}",
+            )
+            outcome: CaptureOutcome = await handle
+            state = outcome.state
+        except WorkflowAlreadyStartedError:
+            # The sweeper (or a host admission) started this record's capture first: wait for the record.
+            state = await self._await_record(inp, intake_id)
+        except ChildWorkflowError:
+            state = "failed"
+        if state not in ("resolved", "dead"):
+            # "not_pending": another run finished the record first; "failed": it stays pending for the
+            # sweeper. Either way the record on disk says what happened.
+            state = await self._record_state(inp, intake_id)
+        p = self._p
+        p.completed += 1
+        p.settled += 1
+        if state == "resolved":
+            p.resolved += 1
+        elif state == "dead":
+            p.dead += 1
+
+    async def _record_state(self, inp: BackfillInput, intake_id: str) -> str:
+        """pending | dead | resolved (a pruned receipt, "unknown", was resolved long ago)."""
+        state: str = await workflow.execute_activity(
+            RECORD_STATE,
+            RecordRef(intake_id, inp.store_id),
+            result_type=str,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
+            summary="is the record still pending",
+        )
+        return "resolved" if state == "unknown" else state
+
+    async def _await_record(self, inp: BackfillInput, intake_id: str) -> str:
+        delay = max(1, inp.poll_seconds)
+        while True:
+            state = await self._record_state(inp, intake_id)
+            if state != "pending":
+                return state
+            await workflow.sleep(timedelta(seconds=delay), summary="capture owned by another starter")
+            delay = min(POLL_CAP_SECONDS, delay * 2)
+
+    def _child_attributes(self, inp: BackfillInput) -> TypedSearchAttributes:
+        return TypedSearchAttributes(
+            [
+                SearchAttributePair(sa.STORE_ID, inp.store_id),
+                SearchAttributePair(sa.TIER, self._tier),
+                SearchAttributePair(sa.WRITE_MODE, self._write_mode),
+                SearchAttributePair(sa.STATE, "pending"),
+                SearchAttributePair(sa.ATTEMPT, 0),
+            ]
+        )
+
+    def _report(self) -> None:
+        """Mirror the counts into the UI's current details (content-free)."""
+        p = self._p
+        total = str(p.total) if p.total or p.read else "?"
+        workflow.set_current_details(
+            f"{p.settled}/{total} settled · admitted {p.admitted} · duplicates {p.duplicates} · "
+            f"skipped {p.skipped} · bad lines {p.bad_lines} · captures {p.completed} done, "
+            f"{p.in_flight} in flight · run {p.continue_as_new_runs + 1}" + (" · done" if p.done else "")
+        )
