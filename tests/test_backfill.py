@@ -42,6 +42,7 @@ from tempomem.backfill import (
 from tempomem.store import MemoryStore
 from tempomem.worker import store_activities
 from tests.conftest import make_store
+from tests.test_capture_flow import _payload_data
 from workflows.backfill import PROGRESS_QUERY, SOURCE_FORMATS, BackfillProgress, BackfillWorkflow
 from workflows.capture import CaptureWorkflow
 from workflows.sweep import IntakeSweepWorkflow
@@ -309,42 +310,14 @@ async def _progress_when(
         await asyncio.sleep(0.05)
 
 
-def _payload_data(node: object) -> list[str]:
-    found: list[str] = []
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "data" and isinstance(value, str):
-                found.append(value)
-            else:
-                found.extend(_payload_data(value))
-    elif isinstance(node, list):
-        for item in node:
-            found.extend(_payload_data(item))
-    return found
-
-
 def test_cli_backfill_runs_in_process_worker_and_reports_bad_lines(
     temporal_env: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``tempomem backfill FILE --worker`` end to end, with worker.py's wiring simulated."""
+    """``tempomem backfill FILE --worker`` end to end, through worker.py's real wiring."""
     import argparse
 
     from tempomem import backfill as backfill_cli
-    from tempomem import worker as worker_module
 
-    def wired_build_worker(client: Client, ctx: Any, *, executor: Any) -> Worker:
-        workflows, activities = backfill_worker_extras(ctx)
-        return Worker(
-            client,
-            task_queue=ctx.task_queue,
-            workflows=[CaptureWorkflow, IntakeSweepWorkflow, *workflows],
-            activities=[*store_activities(ctx), *activities],
-            activity_executor=executor,
-            max_concurrent_activities=1,
-            graceful_shutdown_timeout=timedelta(seconds=10),
-        )
-
-    monkeypatch.setattr(worker_module, "build_worker", wired_build_worker)
     address = temporal_env.client.service_client.config.target_host
     config_path = tmp_path / "tempomem.json"
     config_path.write_text(

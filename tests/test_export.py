@@ -394,13 +394,12 @@ def test_recovery_refuses_to_overwrite_a_file_changed_since_staging(
     assert {b.id for _, b in iter_bullets(dst)} == {"own", "late"}
 
 
-# -- CLI (active once `export` / `import` are wired into tempomem/cli.py) ----------------------------------
+# -- CLI --------------------------------------------------------------------------------------------------
 def test_cli_export_then_restore_and_fence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tempomem import cli
 
     commands = next(a for a in cli.build_parser()._actions if a.dest == "command").choices  # type: ignore[union-attr]
-    if "export" not in commands or "import" not in commands:
-        pytest.skip("tempomem export/import are not wired into tempomem/cli.py yet")
+    assert {"export", "import"} <= set(commands)  # wired into tempomem/cli.py
     make_store(tmp_path / "src")
     for name in ("src", "dst"):
         (tmp_path / f"{name}.json").write_text(
