@@ -28,7 +28,6 @@ import datetime as dt
 import json
 import math
 import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NoReturn
@@ -37,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic.functional_validators import AfterValidator
 from pydantic_core import PydanticCustomError
 
+from storage.consolidation import lexical_key
 from storage.credentials import unsafe_reason
 from storage.limits import CAPTURE_COMPLETION_MAX_UTF16, EXTRACTION_MAX_MEMORIES
 
@@ -131,11 +131,7 @@ def utf16_length(text: str) -> int:
 
 def is_exact_duplicate(a: str, b: str) -> bool:
     """CAP-30 / AMB-18: same words in the same order after NFKC + casefold; punctuation, spacing ignored."""
-    return _tokens(a) == _tokens(b)
-
-
-def _tokens(text: str) -> list[str]:
-    return re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold())
+    return lexical_key(a) == lexical_key(b)
 
 
 # -- raw guards (CAP-11, CAP-12, CAP-14, CAP-21) -------------------------------------------------------------

@@ -49,7 +49,7 @@ _TIME_NAME = re.compile(  # matched against the space-joined lexical tokens of a
 
 
 def lexical_key(text: str) -> tuple[str, ...]:
-    """AMB-18: NFKC → casefold → ``\\w+`` tokens (the same rule as ``is_exact_duplicate``)."""
+    """AMB-18: NFKC → casefold → ``\\w+`` tokens; ``is_exact_duplicate`` in capture uses this one rule."""
     return tuple(re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold()))
 
 
