@@ -14,19 +14,33 @@ long, because
 
 A connection is used by one caller at a time; a concurrent caller gets ``None`` and opens its own. After
 ``fork`` the child forgets the parent's connections without touching them.
+
+**Writer anchors.** The process that writes (the worker) also keeps its last read-write connection open
+as an *anchor* for ``ANCHOR_IDLE_SECONDS``. While it is open, DuckDB's instance cache hands every further
+``duckdb.connect`` of the same file and configuration the already-open database (WAL replayed, FTS
+loaded) in well under a millisecond instead of 15-50 ms, for reads and writes alike. An anchor holds
+DuckDB's exclusive file lock, so another process that finds the file locked holds a shared ``flock`` on
+``<index>/.want`` while it retries (``waiting``); a poller closes any anchor whose ``.want`` is taken
+within ``POLL_SECONDS``, and an idle anchor closes by itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 IDLE_SECONDS = 0.25
+ANCHOR_IDLE_SECONDS = 1.0
+POLL_SECONDS = 0.05
+WANT_NAME = ".want"
 
 
 @dataclass
@@ -41,6 +55,18 @@ _LOCK = threading.Lock()
 _ENTRIES: dict[str, _Entry] = {}
 _PID = os.getpid()
 _DOOMED: set[int] = set()  # id() of connections dropped while in use: close them on release
+
+
+@dataclass
+class _Anchor:
+    con: duckdb.DuckDBPyConnection
+    config: dict[str, object]
+    want: Path
+    last_used: float
+
+
+_ANCHORS: dict[str, _Anchor] = {}
+_POLLER: threading.Thread | None = None
 
 
 def identity(db: Path) -> tuple[int, ...] | None:
@@ -60,6 +86,7 @@ def _forget_after_fork() -> None:
     global _PID
     if os.getpid() != _PID:
         _ENTRIES.clear()  # the parent's connections are not ours to close
+        _ANCHORS.clear()
         _DOOMED.clear()
         _PID = os.getpid()
 
@@ -120,8 +147,9 @@ def _close_idle() -> None:
         con.close()
 
 
-def drop(under: Path) -> None:
-    """Close every idle cached connection to a file under ``under``; one in use is closed on release."""
+def drop(under: Path, *, anchors: bool = True) -> None:
+    """Close every idle cached connection to a file under ``under``; one in use is closed on release.
+    ``anchors=False`` keeps this process's writer anchors (a writer about to use one)."""
     prefix = str(under)
     closing = []
     with _LOCK:
@@ -133,5 +161,93 @@ def drop(under: Path) -> None:
                     _DOOMED.add(id(entry.con))
                 else:
                     closing.append(entry.con)
+        if anchors:
+            for key in list(_ANCHORS):
+                if key == prefix or key.startswith(prefix + os.sep):
+                    closing.append(_ANCHORS.pop(key).con)
     for con in closing:
         con.close()
+
+
+def _wanted(want: Path) -> bool:
+    """True while another process holds ``want`` (it waits for our file lock)."""
+    try:
+        fd = os.open(want, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also lets go of our probe lock
+
+
+@contextlib.contextmanager
+def waiting(want: Path) -> Iterator[None]:
+    """Announce, for as long as the block runs, that this process waits for a DuckDB file lock."""
+    try:
+        fd = os.open(want, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        yield  # a read-only or foreign folder: wait without announcing
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def anchored(db: Path) -> dict[str, object] | None:
+    """The configuration of this process's open writer anchor on ``db`` (to connect with), or None.
+    Closes the anchor instead when another process is waiting for the file."""
+    key = str(db)
+    with _LOCK:
+        _forget_after_fork()
+        anchor = _ANCHORS.get(key)
+        if anchor is None:
+            return None
+        if not _wanted(anchor.want):
+            anchor.last_used = time.monotonic()
+            return anchor.config
+        del _ANCHORS[key]
+    anchor.con.close()
+    return None
+
+
+def keep_anchor(db: Path, con: duckdb.DuckDBPyConnection, config: dict[str, object], want: Path) -> None:
+    """Keep ``con`` (read-write, just used) open as the anchor of ``db``; closes a previous one."""
+    global _POLLER
+    key = str(db)
+    with _LOCK:
+        _forget_after_fork()
+        old = _ANCHORS.pop(key, None)
+        _ANCHORS[key] = _Anchor(con, dict(config), want, time.monotonic())
+        if _POLLER is None or not _POLLER.is_alive():
+            _POLLER = threading.Thread(target=_poll_anchors, name="duckdb-anchors", daemon=True)
+            _POLLER.start()
+    if old is not None and old.con is not con:
+        old.con.close()
+
+
+def _poll_anchors() -> None:
+    """Close anchors that are idle or wanted by another process; ends when none is left."""
+    global _POLLER
+    while True:
+        time.sleep(POLL_SECONDS)
+        closing = []
+        with _LOCK:
+            if os.getpid() != _PID:
+                return
+            now = time.monotonic()
+            for key, anchor in list(_ANCHORS.items()):
+                if now - anchor.last_used >= ANCHOR_IDLE_SECONDS or _wanted(anchor.want):
+                    closing.append(_ANCHORS.pop(key).con)
+            done = not _ANCHORS
+            if done:
+                _POLLER = None
+        for con in closing:
+            con.close()
+        if done:
+            return

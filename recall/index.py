@@ -356,11 +356,18 @@ class MemoryIndex:
     ) -> Iterator[duckdb.DuckDBPyConnection]:
         """Open, LOAD fts from the package file, yield, close; retry lock conflicts up to ~3 s.
 
-        ``gate=False`` only for a generation nobody else can see yet (a rebuild in progress).
+        ``gate=False`` only for a generation nobody else can see yet (a rebuild in progress). A write
+        leaves its connection open as this process's anchor (``connections``): while it lives, reads and
+        writes here attach to the open database instead of opening the file again.
         """
         if not read_only:
-            connections.drop(self.index_dir)  # DuckDB: one configuration per file and process
+            # DuckDB: one configuration per file and process, so cached read-only handles must go.
+            connections.drop(self.index_dir, anchors=False)
         with self._gate(exclusive=not read_only) if gate else contextlib.nullcontext(False) as passed:
+            config = connections.anchored(db) if gate and passed else None
+            if config is not None:
+                yield from self._attached(db, config)
+                return
             cacheable = read_only and gate
             cached = connections.acquire(db) if cacheable and passed else None
             if cached is not None:
@@ -369,33 +376,57 @@ class MemoryIndex:
                 finally:
                     connections.release(db, cached)
                 return
-            deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
-            delay = 0.005
-            while True:
-                ext, verified = _extension_state()
-                config = {**_DUCKDB_CONFIG, "allow_unsigned_extensions": True} if verified else _DUCKDB_CONFIG
-                try:
-                    con = duckdb.connect(str(db), read_only=read_only, config=config)
-                    break
-                except (duckdb.IOException, duckdb.ConnectionException) as exc:
-                    if not _is_lock_conflict(exc):
-                        raise
-                    if time.monotonic() >= deadline:
-                        raise IndexBusyError(f"{db} is locked by another process") from exc
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.1)
+            ext, verified = _extension_state()
+            config = {**_DUCKDB_CONFIG, "allow_unsigned_extensions": True} if verified else _DUCKDB_CONFIG
+            con = self._open(db, read_only=read_only, config=config)
             try:
                 con.execute(f"LOAD {_sql_str(str(ext))}")
                 if not verified:
                     _mark_verified(ext)
+                if gate and not read_only:
+                    # Small writes stay in the WAL instead of checkpointing the whole FTS index on every
+                    # close (~0.5 s at 100k rows); DuckDB checkpoints once the WAL outgrows the threshold.
+                    # Both are instance-wide, so connections attached to the anchor inherit them.
+                    con.execute("PRAGMA disable_checkpoint_on_shutdown")
+                    con.execute(f"SET checkpoint_threshold = '{WAL_CHECKPOINT_BYTES}B'")
                 yield con
             except BaseException:
                 con.close()
                 raise
             if cacheable:
                 connections.release(db, con)  # kept open for the next call, or closed
+            elif gate and not read_only:
+                connections.keep_anchor(db, con, config, self.index_dir / connections.WANT_NAME)
             else:
                 con.close()
+
+    def _attached(self, db: Path, config: dict[str, Any]) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection to the database this process's anchor keeps open (no file open, no WAL replay)."""
+        con = self._open(db, read_only=False, config=config)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def _open(self, db: Path, *, read_only: bool, config: dict[str, Any]) -> duckdb.DuckDBPyConnection:
+        deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+        delay = 0.005
+        with contextlib.ExitStack() as stack:
+            announced = False
+            while True:
+                try:
+                    return duckdb.connect(str(db), read_only=read_only, config=config)
+                except (duckdb.IOException, duckdb.ConnectionException) as exc:
+                    if not _is_lock_conflict(exc):
+                        raise
+                    if time.monotonic() >= deadline:
+                        raise IndexBusyError(f"{db} is locked by another process") from exc
+                    if not announced:
+                        # Tell a process that keeps the file open as its anchor to let go of it.
+                        stack.enter_context(connections.waiting(self.index_dir / connections.WANT_NAME))
+                        announced = True
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.1)
 
     @staticmethod
     def _rebuild_fts(con: duckdb.DuckDBPyConnection) -> None:
@@ -419,9 +450,14 @@ class MemoryIndex:
         return len(pairs), sum(_pair_hash(rid, digest) for rid, digest in pairs)
 
     @staticmethod
-    def _store_digest(con: duckdb.DuckDBPyConnection, rows: int, digest: str) -> None:
-        con.execute(f"INSERT OR REPLACE INTO meta VALUES ('rows', '{int(rows)}')")
-        con.execute(f"INSERT OR REPLACE INTO meta VALUES ('source_digest', {_sql_str(digest)})")
+    def _store_digest(
+        con: duckdb.DuckDBPyConnection, rows: int, digest: str, *, watermark: bool = False
+    ) -> None:
+        """Keep (rows, digest) in ``meta``; ``watermark`` also moves ``fts_seq`` in the same statement."""
+        values = [f"('rows', '{int(rows)}')", f"('source_digest', {_sql_str(digest)})"]
+        if watermark:
+            values.append("('fts_seq', (SELECT CAST(coalesce(max(seq), 0) AS VARCHAR) FROM memories))")
+        con.execute(f"INSERT OR REPLACE INTO meta VALUES {', '.join(values)}")
 
     @staticmethod
     def _move_watermark(con: duckdb.DuckDBPyConnection) -> None:
@@ -673,16 +709,23 @@ class MemoryIndex:
         gen_dir = self.generation_dir(generation)
         ident = self.identity
         with self._connect(gen_dir / DB_NAME, read_only=False) as con:
-            # Leave small writes in the WAL instead of checkpointing the whole FTS index on every close
-            # (~0.5 s at 100k rows); DuckDB checkpoints by itself once the WAL outgrows the threshold.
-            con.execute("PRAGMA disable_checkpoint_on_shutdown")
-            con.execute(f"SET checkpoint_threshold = '{WAL_CHECKPOINT_BYTES}B'")
-            stored = {
-                rid: (digest, chash)
-                for rid, digest, chash in con.execute(
-                    f"SELECT id, row_digest, content_hash FROM memories WHERE id IN {_sql_in(incoming)}"
-                ).fetchall()
-            }
+            # One round trip for what the change needs to know: the stored rows, the highest seq and
+            # the kept digest (DuckDB statements cost ~1 ms each; an upsert used to make twenty).
+            stored: dict[str, tuple[str, str]] = {}
+            max_seq = 0
+            kept: dict[str, str] = {}
+            for kind, a, b, c in con.execute(
+                "SELECT 'row', id, row_digest, content_hash FROM memories WHERE id IN "
+                f"{_sql_in(incoming)} UNION ALL "
+                "SELECT 'seq', CAST(coalesce(max(seq), 0) AS VARCHAR), NULL, NULL FROM memories UNION ALL "
+                "SELECT 'meta', key, value, NULL FROM meta WHERE key IN ('rows', 'source_digest')"
+            ).fetchall():
+                if kind == "row":
+                    stored[a] = (b, c)
+                elif kind == "seq":
+                    max_seq = int(a)
+                else:
+                    kept[a] = b
             removed = [
                 rid for rid, r in incoming.items() if r["status"] in EXCLUDED_STATUSES and rid in stored
             ]
@@ -691,8 +734,10 @@ class MemoryIndex:
                 for rid, r in incoming.items()
                 if r["status"] not in EXCLUDED_STATUSES and stored.get(rid, ("", ""))[0] != r["row_digest"]
             ]
-            (max_seq,) = con.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()  # type: ignore[misc]
-            n_rows, total = self._stored_digest(con)
+            if "rows" in kept and "source_digest" in kept:
+                n_rows, total = int(kept["rows"]), int(kept["source_digest"], 16)
+            else:
+                n_rows, total = self._stored_digest(con)
             for rid in removed:
                 n_rows -= 1
                 total -= _pair_hash(rid, stored[rid][0])
@@ -718,8 +763,7 @@ class MemoryIndex:
                 if indexed:
                     # Same transaction as the rows: the FTS index never lags behind them (AMB-32).
                     fts.apply_changes(con, removed + [r["id"] for r in changed], [r["id"] for r in changed])
-                    self._move_watermark(con)
-                self._store_digest(con, n_rows, digest)
+                self._store_digest(con, n_rows, digest, watermark=indexed)
                 con.execute("COMMIT")
                 if not indexed:
                     self._rebuild_fts(con)
@@ -751,13 +795,18 @@ class MemoryIndex:
         """Replace vectors of changed text, drop removed ones, and fill any still missing (after an
         embedding outage) so a replayed upsert heals the index. Returns the count of healed rows."""
         live = [rid for rid, r in incoming.items() if r["status"] not in EXCLUDED_STATUSES]
-        present = set()
-        if live:
+        before = _vector_version(gen_dir, table)
+        with _VECTOR_LOCK:
+            snap = _VECTOR_SNAPSHOTS.get(str(gen_dir))
+        if snap is not None and snap.version == before:
+            present = {rid for rid in live if rid in snap.row_of}  # this process's view is current
+        elif live:
             res = table.search().where(_id_filter(live)).select(["id"]).limit(len(live)).to_arrow()
             present = set(res.column("id").to_pylist())
+        else:
+            present = set()
         healed = [rid for rid in live if rid not in present and rid not in new_text]
         stale = removed + sorted(new_text & present)
-        before = _vector_version(gen_dir, table)
         if stale:
             table.delete(_id_filter(stale))
         to_embed = [incoming[rid] for rid in live if rid in new_text or rid in healed]
@@ -766,7 +815,9 @@ class MemoryIndex:
             batch = _lance_batch(
                 [r["id"] for r in to_embed], vectors, [r["content_hash"] for r in to_embed], dim
             )
-            table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(batch)
+            # Stale rows were deleted above, so every id in the batch is absent: a plain append does,
+            # at a third of merge_insert's cost, what the merge would.
+            table.add(batch)
         if stale or to_embed:
             ids = [r["id"] for r in to_embed]
             fresh = vectors if to_embed else np.zeros((0, dim), np.float32)
@@ -973,9 +1024,10 @@ _VECTOR_LOCK = threading.Lock()
 
 def _vector_version(gen_dir: Path, table: Any) -> tuple[int, ...]:
     # The version alone could repeat if the index folder is deleted and gen-<n> rebuilt: add the
-    # identity of the dataset folder, which is created anew with every generation.
+    # identity of the dataset folder, which is created anew with every generation. Not its ctime:
+    # ``_privatise`` chmods the folder after every upsert, which would look like another writer.
     st = os.stat(gen_dir / LANCE_DIR)
-    return (int(table.version), st.st_ino, st.st_ctime_ns)
+    return (int(table.version), st.st_ino, st.st_mtime_ns)
 
 
 def _patch_vector_snapshot(

@@ -137,3 +137,66 @@ def test_second_rebuild_copies_only_an_equivalent_generation(tmp_path: Path) -> 
         assert [i for i, _ in got] == [i for i, _ in want], q
         assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9), q
     assert third.rows == first.rows + 1
+
+
+_SEARCH_ONE = """
+import sys, time
+from pathlib import Path
+from recall.index import MemoryIndex
+from tests.test_recall_index import HashEmbedder
+t = time.monotonic()
+hits = MemoryIndex(Path(sys.argv[1]), HashEmbedder()).search("lighthouse keeper", limit=3)
+print(hits[0].id if hits else "-", round(time.monotonic() - t, 3), flush=True)
+"""
+
+
+def test_writer_anchor_serves_this_process_and_yields_to_another(tmp_path: Path) -> None:
+    """A write leaves its DuckDB connection open as this process's anchor, so the next search here
+    attaches to the open database; another process that needs the file meanwhile is let in while this
+    one keeps writing (its ``.want`` closes the anchor), and sees every committed row."""
+    import threading
+
+    import recall.connections as connections
+
+    root = tmp_path / "mem"
+    write_store(root)
+    idx = MemoryIndex(root, HashEmbedder())
+    idx.rebuild()
+    db = idx.generation_dir(idx.active_generation() or 0) / index_mod.DB_NAME
+    day = "2026-03-09"
+    first = bullet("Quentin keeps the lighthouse lamp", id="anchor-0")
+    append_bullets(root / "daily" / f"{day}.md", day, [first])
+    assert idx.upsert([(day, first)]) == 1
+    assert connections.anchored(db) is not None  # the write's connection stayed open
+    assert idx.search("Quentin lighthouse lamp", limit=1)[0].id == "anchor-0"
+
+    stop = threading.Event()
+    written: list[str] = []
+
+    def keep_writing() -> None:
+        n = 1
+        while not stop.is_set():
+            b = bullet(f"Lighthouse keeper log entry {n}", id=f"anchor-{n}")
+            append_bullets(root / "daily" / f"{day}.md", day, [b])
+            idx.upsert([(day, b)])
+            written.append(b.id)
+            n += 1
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _SEARCH_ONE, str(root)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(index_mod.__file__).parent.parent,
+        )
+    finally:
+        stop.set()
+        writer.join()
+    assert out.returncode == 0, out.stderr  # not IndexBusyError
+    assert out.stdout.split()[0].startswith("anchor-") or out.stdout.split()[0] == "keeper"
+    assert len(written) >= 1
+    ids = {h.id for h in idx.search("Lighthouse keeper log entry", limit=len(written) + 20)}
+    assert set(written) <= ids
