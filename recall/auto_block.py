@@ -8,7 +8,6 @@ the same-conversation filter applied before scoring (AUTO-28, AMB-59). No word l
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,13 @@ from typing import Literal
 from pydantic import BaseModel
 
 from recall.graph_read import GraphReader
+from recall.guidance import (
+    BACKGROUND_MAX_BYTES,
+    NO_BACKGROUND,
+    Background,
+    conversation_bucket,
+    labelled_background,
+)
 from recall.person_card import NO_CARDS, PERSON_CARD_MAX_BYTES, PersonCards, person_cards
 from recall.search import Hit
 from recall.shaping import (
@@ -48,10 +54,16 @@ HEADING = "## Memory (possibly relevant — may be unrelated; verify before rely
 AUTO_SURFACES = frozenset({"web", "tui", "acp"})  # AUTO-22: Telegram, peers and triggers get none
 ATTRIBUTION_PHRASES = {"owner": "you said", "assistant": "assistant noted", "document": "from a document"}
 INSIGHT_MARK = "★"  # AMB-55
-_BUCKET_RE = re.compile(r"#\d{4}-\d{2}-\d{2}$")
 
 Reason = Literal[
-    "no_hits", "not_owner_turn", "lexical", "short_message", "below_floor", "backend_unavailable", "budget"
+    "no_hits",
+    "not_owner_turn",
+    "lexical",
+    "short_message",
+    "below_floor",
+    "backend_unavailable",
+    "budget",
+    "in_background",
 ]
 
 
@@ -81,11 +93,6 @@ EMPTY = AutoBlock(text="", byte_size=0, line_ids=[])
 
 def _empty(reason: Reason) -> AutoBlock:
     return EMPTY.model_copy(update={"suppressed": reason})
-
-
-def conversation_bucket(conversation_id: str) -> str:
-    """AMB-59: the logical conversation is the host id without a trailing ``#YYYY-MM-DD`` bucket."""
-    return _BUCKET_RE.sub("", conversation_id)
 
 
 def exclude_same_conversation(hits: Sequence[Hit], conversation_id: str | None) -> list[Hit]:
@@ -171,12 +178,15 @@ def select_auto_block(
     context_bytes_used: int = 0,
     superseded_ids: Collection[str] | None = None,
     intent_expiry: bool = False,
+    shown_elsewhere: Collection[str] = (),
 ) -> AutoBlock:
     """Select and render the automatic block from direct hits (no graph expansion, AUTO-23).
 
     ``standalone`` is programmatic ``load()`` (AUTO-26): the caller gates the audience, the short-message
     gate does not apply (AUTO-18) and there is no richer attribution. ``context_bytes_used`` is what the
     person card / labelled background already took from the 2,560-byte automatic context (AUTO-15).
+    ``shown_elsewhere`` are ids the labelled background already shows: the floor and window are computed
+    as usual, but those lines do not take a slot a second time.
     """
     if not standalone and (gate is None or not gate.allows_automatic_context()):
         return _empty("not_owner_turn")
@@ -219,11 +229,13 @@ def select_auto_block(
     for h in ordered:
         if len(chosen) == AUTO_BLOCK_LINES:
             break
+        if h.id in shown_elsewhere:
+            continue
         line = render_auto_line(h, infos[h.id], with_attribution=not standalone)
         if _size(_render([*(c[1] for c in chosen), line])) <= budget:
             chosen.append((h, line))  # a line that does not fit is left out, never truncated
     if not chosen:
-        return _empty("budget")
+        return _empty("in_background" if all(h.id in shown_elsewhere for h in ordered) else "budget")
 
     chosen.sort(key=lambda c: _recorded_key(c[0]))  # display order: oldest first (AUTO-11)
     lines = [c[1] for c in chosen]
@@ -238,17 +250,33 @@ def select_auto_block(
 
 
 @dataclass(frozen=True)
+class BackgroundScopes:
+    """Switches on the automatic labelled background (GUIDE-06, GUIDE-07) and names the turn's scopes.
+
+    ``agent`` labels always count; ``user:<owner_sender>`` when the host supplies the verified owner's
+    sender id; ``conversation:<id>`` for the lookup's ``conversation_id`` (any daily bucket, AMB-59).
+    """
+
+    owner_sender: str | None = None
+
+
+@dataclass(frozen=True)
 class AutoLookup:
     """The turn's bounded direct lookup (reused uncut by ``useOriginalQuery``, REC-10) and its block."""
 
     hits: list[Hit]
     block: AutoBlock
     cards: PersonCards = NO_CARDS  # GUIDE-08..18; empty unless the person-card switch is on
+    background: Background = NO_BACKGROUND  # GUIDE-06/07; empty unless the background switch is on
 
     @property
     def context_text(self) -> str:
-        """The whole automatic context: person cards, then the block (within AUTO_CONTEXT_MAX_BYTES)."""
-        return "\n\n".join(t for t in (self.cards.text, self.block.text) if t)
+        """The whole automatic context: person cards, labelled background, then the block
+        (within AUTO_CONTEXT_MAX_BYTES)."""
+        return "\n\n".join(t for t in (self.cards.text, self.background.text, self.block.text) if t)
+
+
+_SEPARATOR_BYTES = len(b"\n\n")
 
 
 def automatic_lookup(
@@ -263,6 +291,7 @@ def automatic_lookup(
     superseded_ids: Collection[str] | None = None,
     intent_expiry: bool = False,
     cards_from: GraphReader | None = None,
+    background: BackgroundScopes | None = None,
 ) -> AutoLookup:
     """Run the turn's one direct lookup (the bounded fifty-hit superset) and select the block from it.
 
@@ -273,6 +302,12 @@ def automatic_lookup(
     the result byte-identical. Cards need an allowed turn (GUIDE-18) but not a long message (GUIDE-14),
     are never graph-expanded answers (AUTO-23), and their bytes plus the separator count against the
     block's share of the whole automatic context (GUIDE-15, AUTO-15).
+
+    ``background`` switches on the labelled background (GUIDE-06, GUIDE-07) the same way: ``None``
+    (default) is byte-identical; it needs an allowed turn (GUIDE-18) but not a long message (GUIDE-14),
+    uses this same lookup (no extra backend call, no graph), and takes from what the cards left of the
+    non-block share before the block takes the rest (GUIDE-15). A line it shows does not repeat in the
+    block.
     """
     if not owner_text.strip():
         return AutoLookup([], _empty("no_hits"))
@@ -291,11 +326,26 @@ def automatic_lookup(
         except Exception:  # a card must never break the turn
             cards = NO_CARDS
         if cards.text:
-            context_bytes_used += cards.byte_size + len(b"\n\n")
+            context_bytes_used += cards.byte_size + _SEPARATOR_BYTES
     try:
         hits = list(backend.search(owner_text, limit=DELIBERATE_SUPERSET))
     except Exception:
         return AutoLookup([], _empty("backend_unavailable"), cards)
+    labelled = NO_BACKGROUND
+    if background is not None and gate.allows_automatic_context():
+        remaining = AUTO_CONTEXT_MAX_BYTES - context_bytes_used
+        labelled = labelled_background(
+            hits,
+            now=now,
+            tz=tz,
+            owner_sender=background.owner_sender,
+            conversation_id=conversation_id,
+            budget=min(BACKGROUND_MAX_BYTES, remaining),
+            superseded_ids=superseded_ids,
+            intent_expiry=intent_expiry,
+        )
+        if labelled.text:
+            context_bytes_used += labelled.byte_size + _SEPARATOR_BYTES
     block = select_auto_block(
         hits,
         now=now,
@@ -306,8 +356,9 @@ def automatic_lookup(
         context_bytes_used=context_bytes_used,
         superseded_ids=superseded_ids,
         intent_expiry=intent_expiry,
+        shown_elsewhere=labelled.line_ids,
     )
-    return AutoLookup(hits, block, cards)
+    return AutoLookup(hits, block, cards, labelled)
 
 
 def load_block(

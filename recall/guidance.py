@@ -1,24 +1,47 @@
-"""The explicit MemoryRecall "Preferences & lessons" section (GUIDE-01..GUIDE-05, AMB-15).
+"""Labelled guidance: the explicit MemoryRecall "Preferences & lessons" section (GUIDE-01..GUIDE-05, AMB-15)
+and the automatic labelled background (GUIDE-06, GUIDE-07, GUIDE-14..GUIDE-18, AMB-16).
 
-Only labelled preference/lesson lines among the effective query's top eight retrieved candidates take part;
-they must clear ``GUIDANCE_FLOOR`` unless the request names that ``kind``. Scope precedence is user, then
-conversation, then agent; within a scope higher scores first; at most six lines. Scope ids (a sender or a
-conversation id) are never shown (GUIDE-17, PROV-19).
+Explicit section: only labelled preference/lesson lines among the effective query's top eight retrieved
+candidates take part; they must clear ``GUIDANCE_FLOOR`` unless the request names that ``kind``. Scope
+precedence is user, then conversation, then agent; within a scope higher scores first; at most six lines.
+
+Automatic background: see ``labelled_background``. Both readers never show scope ids (a sender or a
+conversation id), memory ids or conversation provenance (GUIDE-17, PROV-19).
 """
 
 from __future__ import annotations
 
+import re
+import statistics
+import unicodedata
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from recall.search import Hit
-from recall.shaping import SCORE_EPSILON, currentness, is_recallable, parse_labels
-from storage.limits import GUIDANCE_MAX_LINES, GUIDANCE_WINDOW
+from recall.shaping import (
+    SCORE_EPSILON,
+    StructuredLabel,
+    currentness,
+    cut_utf8,
+    is_recallable,
+    parse_labels,
+)
+from storage.limits import (
+    AUTO_BLOCK_BUDGET_BYTES,
+    AUTO_BLOCK_FLOOR,
+    AUTO_CONTEXT_MAX_BYTES,
+    AUTO_LINE_MAX_BYTES,
+    BACKGROUND_MEDIAN_LEAD,
+    GUIDANCE_MAX_LINES,
+    GUIDANCE_WINDOW,
+)
 
 GUIDANCE_FLOOR = 0.65  # AMB-15: separate from the automatic floor, kept configurable
 GUIDANCE_HEADING = "Preferences & lessons:"
 GUIDANCE_KINDS = ("preference", "lesson")
 _SCOPE_ORDER = {"user": 0, "conversation": 1, "agent": 2}
+_BUCKET_RE = re.compile(r"#\d{4}-\d{2}-\d{2}$")
 
 
 def _scope_kind(scope: str) -> str | None:
@@ -59,3 +82,203 @@ def guidance_lines(
 
 def guidance_section(lines: Sequence[str]) -> str | None:
     return "\n".join([GUIDANCE_HEADING, *lines]) if lines else None
+
+
+# --------------------------------------------------------------------------------------------------
+# Automatic labelled background (GUIDE-06, GUIDE-07, AMB-16)
+#
+# Selection is structural and language-neutral (no word lists, no question grammar):
+#   * candidates = the turn's direct lookup hits (hybrid only; recallable; under intentExpiry no dated or
+#     done/dropped notes), in score order; the window is the top ``GUIDANCE_WINDOW`` (8) of them;
+#   * a line *leads* when it is in that window, clears ``AUTO_BLOCK_FLOOR`` (0.62) and
+#     ``score - median(window scores) >= BACKGROUND_MEDIAN_LEAD`` (0.05) (AMB-16);
+#   * it must carry a ``preference`` or *verified* ``lesson`` label in one of the turn's scopes: ``agent``,
+#     the verified owner's own ``user:<sender>``, or this logical conversation's ``conversation:<id>``;
+#     "verified" = the label (else the line) is attributed to the owner or a document; an assistant-noted
+#     lesson is model judgement and stays out. The same check applies to preferences, which the capture
+#     gates only ever attribute to the owner (CAP-69);
+#   * GUIDE-07 (opposite advice shown together): labels name a slot ``(kind, subject, key)``. A window line
+#     that clears the floor and holds a *different* value in the same slot as a leading line joins as its
+#     partner even without the median lead, and the pair is one unit for the byte budget: shown together
+#     or not at all. Whether the two values really disagree is left to the model, as AUTO-16 does.
+# The same-conversation provenance filter (PROV-01) is not applied: it keeps an earlier *status* of the
+# active dialogue out of the possibly-relevant block, while labelled guidance is standing advice (and
+# ``conversation:<id>`` labels are by definition from this conversation). Like the person card, this is a
+# label reader: no ids, no provenance, no "source conversation unknown" marker (GUIDE-17, PROV-19).
+
+BACKGROUND_HEADING = "## Preferences & lessons (from memory; verify before relying)"
+# The non-block share of the 2,560-byte automatic context, shared with the person card (GUIDE-15).
+BACKGROUND_MAX_BYTES = AUTO_CONTEXT_MAX_BYTES - AUTO_BLOCK_BUDGET_BYTES
+VERIFIED_ATTRIBUTIONS = {"owner": "you said", "document": "from a document"}
+_SRC_ATTRIBUTION = {"user": "owner", "document": "document"}
+
+
+def conversation_bucket(conversation_id: str) -> str:
+    """AMB-59: the logical conversation is the host id without a trailing ``#YYYY-MM-DD`` bucket."""
+    return _BUCKET_RE.sub("", conversation_id)
+
+
+def turn_scope_kind(scope: str, *, owner_sender: str | None, conversation_id: str | None) -> str | None:
+    """``user`` / ``conversation`` / ``agent`` when ``scope`` is one of the turn's scopes, else ``None``."""
+    if scope == "agent":
+        return "agent"
+    kind, _, ident = scope.partition(":")
+    if kind == "user" and owner_sender and ident == owner_sender:
+        return "user"
+    if kind != "conversation" or not conversation_id or not ident:
+        return None
+    return "conversation" if conversation_bucket(ident) == conversation_bucket(conversation_id) else None
+
+
+def _attribution(label: StructuredLabel, hit: Hit) -> str | None:
+    return label.attribution or hit.attr or _SRC_ATTRIBUTION.get(hit.src or "")
+
+
+def _same(value: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", value).casefold().split())
+
+
+@dataclass(frozen=True)
+class _Entry:
+    hit: Hit
+    rank: int
+    scope: str  # the line's best turn scope kind (GUIDE-02 precedence)
+    kind: str
+    who: str
+    slots: dict[tuple[str, str, str], str]  # (kind, subject, key) -> normalised value
+    leads: bool
+
+
+@dataclass(frozen=True)
+class Background:
+    """Rendered labelled background (``text`` empty when none) and the byte size it takes."""
+
+    text: str
+    byte_size: int
+    line_ids: tuple[str, ...] = ()  # diagnostics and block de-duplication only; never rendered
+
+
+NO_BACKGROUND = Background("", 0)
+
+
+def _entries(
+    window: Sequence[Hit],
+    median: float,
+    *,
+    now: datetime,
+    tz: tzinfo,
+    owner_sender: str | None,
+    conversation_id: str | None,
+    superseded_ids: Collection[str] | None,
+    intent_expiry: bool,
+) -> list[_Entry]:
+    out: list[_Entry] = []
+    seen_text: set[str] = set()
+    for rank, hit in enumerate(window):
+        if hit.score < AUTO_BLOCK_FLOOR - SCORE_EPSILON:
+            continue
+        info = currentness(hit, now=now, tz=tz, superseded_ids=superseded_ids, intent_expiry=intent_expiry)
+        if info.state != "current":
+            continue
+        eligible: list[tuple[int, str, StructuredLabel, str]] = []
+        for label in parse_labels(hit):
+            scope = turn_scope_kind(label.scope, owner_sender=owner_sender, conversation_id=conversation_id)
+            who = _attribution(label, hit)
+            if label.kind in GUIDANCE_KINDS and scope is not None and who in VERIFIED_ATTRIBUTIONS:
+                eligible.append((_SCOPE_ORDER[scope], scope, label, who))
+        text_key = " ".join(hit.text.split())
+        if not eligible or text_key in seen_text:
+            continue  # identical text once (as AUTO-08)
+        seen_text.add(text_key)
+        _, scope, label, who = min(eligible, key=lambda e: e[0])  # GUIDE-02 scope precedence
+        slots = {(lab.kind, lab.subject, lab.key): _same(lab.value) for _, _, lab, _ in eligible}
+        leads = hit.score - median >= BACKGROUND_MEDIAN_LEAD - SCORE_EPSILON
+        out.append(_Entry(hit, rank, scope, label.kind, who, slots, leads))
+    return out
+
+
+def _partners(a: _Entry, b: _Entry) -> bool:
+    """GUIDE-07: the same ``(kind, subject, key)`` slot holding different values."""
+    return any(slot in b.slots and b.slots[slot] != value for slot, value in a.slots.items())
+
+
+def _groups(entries: list[_Entry]) -> list[list[_Entry]]:
+    """Leading lines plus their partners; leaders sharing a partner end up in one group."""
+    parent = list(range(len(entries)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, a in enumerate(entries):
+        for j in range(i + 1, len(entries)):
+            b = entries[j]
+            if (a.leads or b.leads) and _partners(a, b):
+                parent[root(j)] = root(i)
+    members: dict[int, list[_Entry]] = {}
+    for i, e in enumerate(entries):
+        members.setdefault(root(i), []).append(e)
+    groups = [sorted(g, key=lambda e: e.rank) for g in members.values() if any(e.leads for e in g)]
+    return sorted(groups, key=lambda g: (min(_SCOPE_ORDER[e.scope] for e in g), g[0].rank))
+
+
+def render_background_line(entry: _Entry) -> str:
+    """``- preference (user): Answers should be brief. (recorded 2026-05-01; you said)``."""
+    text, _ = cut_utf8(" ".join(entry.hit.text.split()), AUTO_LINE_MAX_BYTES)
+    meta = [f"recorded {entry.hit.recorded[:10] or entry.hit.day}", VERIFIED_ATTRIBUTIONS[entry.who]]
+    return f"- {entry.kind} ({entry.scope}): {text} ({'; '.join(meta)})"
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def labelled_background(
+    hits: Sequence[Hit],
+    *,
+    now: datetime,
+    tz: tzinfo,
+    owner_sender: str | None = None,
+    conversation_id: str | None = None,
+    budget: int = BACKGROUND_MAX_BYTES,
+    superseded_ids: Collection[str] | None = None,
+    intent_expiry: bool = False,
+) -> Background:
+    """The automatic labelled background from the turn's direct lookup (GUIDE-06, GUIDE-07, AMB-16).
+
+    Pure: the caller applies the turn gate (GUIDE-18) and passes what is left of the automatic context as
+    ``budget`` (GUIDE-15). The short-message gate does not apply (GUIDE-14). Groups (a leading line and
+    its GUIDE-07 partners) are placed whole or left out, never truncated.
+    """
+    if not hits or any(h.mode != "hybrid" for h in hits):
+        return NO_BACKGROUND  # lexical/degraded scores are not calibrated for the floor (AUTO-19)
+    pool = [h for h in hits if is_recallable(h, superseded_ids)]
+    if intent_expiry:  # GUIDE-16, INTENT-22
+        pool = [h for h in pool if not h.due and h.status not in ("done", "dropped")]
+    window = sorted(pool, key=lambda h: -h.score)[:GUIDANCE_WINDOW]  # stable among equal scores
+    if not window:
+        return NO_BACKGROUND
+    median = statistics.median(h.score for h in window)
+    entries = _entries(
+        window,
+        median,
+        now=now,
+        tz=tz,
+        owner_sender=owner_sender,
+        conversation_id=conversation_id,
+        superseded_ids=superseded_ids,
+        intent_expiry=intent_expiry,
+    )
+    lines: list[str] = []
+    ids: list[str] = []
+    for group in _groups(entries):
+        rendered = [render_background_line(e) for e in group]
+        if _size("\n".join([BACKGROUND_HEADING, "", *lines, *rendered])) <= budget:
+            lines.extend(rendered)
+            ids.extend(e.hit.id for e in group)
+    if not lines:
+        return NO_BACKGROUND
+    text = "\n".join([BACKGROUND_HEADING, "", *lines])
+    return Background(text, _size(text), tuple(ids))

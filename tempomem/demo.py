@@ -1,4 +1,9 @@
-"""``tempomem demo``: admit a bundled conversation, let the worker curate it, recall from it."""
+"""``tempomem demo``: admit a bundled conversation, let the worker curate it, recall from it.
+
+The recall part prints what the model would see from ``MemoryRecall`` (``recall.tools.memory_recall``):
+the tail cut, currentness marks and ``Insufficient evidence:`` notes included, not raw reference scores.
+Memory text goes only into the returned lines the CLI prints to stdout, never to a logger.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from importlib import resources
 from pydantic import BaseModel, ConfigDict
 from temporalio.client import Client
 
+from recall.tools import RecallResult, memory_recall
 from storage.fence import fence_is_held
 from storage.turn import AdmissionStatus, CompletedTurn
 from tempomem.store import MemoryStore
@@ -33,6 +39,15 @@ class DemoConversation(BaseModel):
     conversation_id: str
     turns: list[DemoTurn]
     queries: list[str]
+
+
+def recall_text(store: MemoryStore, query: str) -> str:
+    """The shaped ``MemoryRecall`` rendering for one demo query (REC-13..REC-47)."""
+    policy = store.config.memory.recall
+    result: RecallResult = memory_recall(
+        store, query=query, intent_expiry=bool(policy is not None and policy.intent_expiry)
+    )
+    return result.text
 
 
 def load_demo() -> DemoConversation:
@@ -75,9 +90,9 @@ async def run_demo(store: MemoryStore, client: Client, *, ui_url: str, namespace
             finished += 1
             out.append(f"  capture-{intake_id[:12]}…: {outcome.state} after {outcome.attempts} attempt(s)")
         for query in demo.queries:
-            hits = await asyncio.to_thread(store.search, query, limit=1)
-            out.append(f'\nrecall "{query}"')
-            out.extend(f"  {h.score:.3f}  [{h.day}]  {h.text}" for h in hits)
+            text = await asyncio.to_thread(recall_text, store, query)
+            out.append(f'\nMemoryRecall "{query}"')
+            out.extend(f"  {line}" for line in text.splitlines())
         out.append("\nEach turn's workflow in the Temporal Web UI:")
         out.extend(f"  {ui_url}/namespaces/{namespace}/workflows/{capture_workflow_id(i)}" for i in ids)
     finally:

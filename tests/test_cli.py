@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,28 @@ def test_demo_search_rebuild_and_inspect(client: Client, tmp_path: Path) -> None
     assert demo.stdout.count(": resolved after 1 attempt(s)") == 4
     assert "demo-run-4: no_op_sentinel" in demo.stdout
     assert "/namespaces/default/workflows/capture-" in demo.stdout
+    # The recall part is the shaped MemoryRecall rendering (tail cut, notes, currentness), exactly what
+    # the tool returns for the same store, not raw reference scores; memory text never reaches stderr.
+    from recall.tools import memory_recall
+    from tempomem.config import load_config_data
+    from tempomem.demo import load_demo
+    from tempomem.store import MemoryStore
+
+    sections = demo.stdout.split("\n\nEach turn's workflow")[0].split('\nMemoryRecall "')[1:]
+    queries = load_demo().queries
+    assert [sec.split('"\n', 1)[0] for sec in sections] == queries
+    memory = {"mode": "journal", "writeMode": "append-host-summary", "path": str(tmp_path / "mem"),
+              "embeddings": {"provider": "local"}}  # fmt: skip
+    store = MemoryStore(load_config_data({"memory": memory, "temporal": {"address": address}}))
+    for sec, query in zip(sections, queries, strict=True):
+        printed = [line.removeprefix("  ") for line in sec.split('"\n', 1)[1].splitlines()]
+        assert printed == memory_recall(store, query=query).text.splitlines()
+    # The budget line is a shaped hit (score, recorded instant, text) whatever the profile's evidence
+    # note above it says.
+    budget = [x for x in sections[1].splitlines() if "4500 euros" in x]
+    shaped = r"  \d+\.\d{3} \[recorded 2026-12-02T11:31:09\.777Z\] "
+    assert budget and re.match(shaped, budget[0]), sections[1]
+    assert "Lisbon" not in demo.stderr and "4500" not in demo.stderr
 
     search = tempomem("--config", str(cfg), "search", "relocation budget euros", "--json", cwd=tmp_path)
     assert search.returncode == 0, search.stderr
