@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from storage.intake import Intake
 from storage.store_ref import store_id
+from storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -45,6 +46,7 @@ class StoreContext:
     client: Client | None = None  # the sweeper starts workflows through it
     first_delay_seconds: int = 60
     capture: CaptureSettings | None = None
+    turn_archive_days: int = TURN_ARCHIVE_DAYS_DEFAULT  # memory.capture.turnArchiveDays
     store_id: str = field(init=False)
     # One Intake per context, so a SnapshotPublisher attached to it sees every transition.
     intake: Intake = field(init=False)
@@ -53,6 +55,7 @@ class StoreContext:
         self.root = Path(self.root)
         self.store_id = store_id(self.root)
         self.intake = Intake(self.root)
+        self.intake.archive_days = self.turn_archive_days
 
     def check(self, requested_store_id: str) -> None:
         if requested_store_id != self.store_id:

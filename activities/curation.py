@@ -84,11 +84,13 @@ class CurationActivities:
             raise CaptureFailure(FailureCategory.LLM_ERROR)  # capture without memory.llm: refused at config
         return self.ctx.capture
 
-    def _model(self, *, classifier: bool = False) -> ChatModel:
+    def _model(self, *, classifier: bool = False, override: str | None = None) -> ChatModel:
+        """The configured chat model; ``override`` (a re-curation record's model name, issue #6) replaces
+        ``memory.llm.model`` on the same provider and endpoint. A separate classifier reference stays."""
         s = self.settings
         if classifier and s.reconcile_model:
             return make_chat_model("agent-host", s.reconcile_model, s.reconcile_endpoint or s.llm_endpoint)
-        return make_chat_model(s.llm_provider, s.llm_model, s.llm_endpoint)
+        return make_chat_model(s.llm_provider, override or s.llm_model, s.llm_endpoint)
 
     def _load(self, inp: CurationInput) -> tuple[IntakePayload, RetainedPlan | None]:
         self.ctx.check(inp.store_id)
@@ -99,8 +101,10 @@ class CurationActivities:
     def _save(self, inp: CurationInput, plan: RetainedPlan) -> None:
         self.ctx.intake.save_plan(inp.intake_id, plan.to_bytes(), now=utc_now())
 
-    async def _complete(self, messages: list, *, classifier: bool = False) -> str:
-        call = self._model(classifier=classifier).complete(
+    async def _complete(
+        self, messages: list, *, classifier: bool = False, override: str | None = None
+    ) -> str:
+        call = self._model(classifier=classifier, override=override).complete(
             messages, timeout_s=self.settings.timeout_ms / 1000
         )
         return await heartbeating(call)
@@ -121,7 +125,7 @@ class CurationActivities:
                 focus=s.focus,
                 intent_lifecycle=s.intent_lifecycle,
             )
-            raw = await self._complete(messages)
+            raw = await self._complete(messages, override=payload.model_override)
             extracted = parse_extraction(raw, intent_lifecycle=s.intent_lifecycle)
             plan = build_plan(
                 extracted,
@@ -149,7 +153,9 @@ class CurationActivities:
                 self._save(inp, plan)
                 return StageResult(0, len(plan.live()), plan.digest())
             try:
-                raw = await self._complete(prompts.review_messages(lines=lines))
+                raw = await self._complete(
+                    prompts.review_messages(lines=lines), override=payload.model_override
+                )
                 decisions = parse_review(raw, lines=lines)
             except (LlmError, ContractViolation):
                 if not inp.final_attempt:
@@ -228,7 +234,9 @@ class CurationActivities:
                     ],
                     admitted_at=parse_instant(payload.admitted_at),
                 )
-                raw = await self._complete(prompt.messages, classifier=True)
+                raw = await self._complete(
+                    prompt.messages, classifier=True, override=payload.model_override
+                )
                 parsed = parse_reconcile(raw, candidate_count=len(to_classify), target_ids=prompt.target_ids)
                 for (m, _), decision in zip(to_classify, parsed, strict=True):
                     target = by_id.get(decision.target_id) if decision.target_id else None
@@ -245,6 +253,9 @@ class CurationActivities:
             d = decisions[m.index]
             if d.action in ("ADD", "UPDATE", "SUPERSEDE") and not passes_only(m, only):
                 d = PlanDecision(index=m.index, action="DROP", via="only")  # CAP-70, after reconciliation
+            if d.action == "UPDATE" and d.target_id and payload.recurate_of is not None:
+                # Re-curation never rewrites in place: the old line stays as history (issue #6 item 2).
+                d = d.model_copy(update={"action": "SUPERSEDE", "via": "guard"})
             out.append(d)
         return out, calls
 

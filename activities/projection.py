@@ -40,6 +40,9 @@ class ProjectionActivities:
             payload = ctx.intake.load_payload(ref.intake_id)
         except IntakeError as exc:
             raise _failure(FailureCategory.STORAGE_ERROR, exc) from None
+        if payload.recurate_of is not None:
+            # A re-curation record: its observation was projected when the original turn was admitted.
+            return ProjectionResult(target="audit", lines_added=0, indexed=0)
         # One writer per store: commits, projection and Remember all hold this lock (INTAKE-15).
         with exclusive_lock(ctx.root / STORE_LOCK):
             try:

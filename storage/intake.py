@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -48,6 +48,7 @@ from storage.fsio import (
 from storage.ledger import Ledger, LedgerIntegrityError
 from storage.limits import MAX_ACTIVE_RECORDS, MAX_RECORD_BYTES, MAX_RESOLVED_RECEIPTS, RUN_ID_HASH_HEX_LEN
 from storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
+from storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT, TurnArchive
 
 INTAKE_DIR = ".capture-intake"
 RECORD_VERSION = 1
@@ -125,6 +126,21 @@ class IntakePayload(BaseModel):
     # writeMode "capture" only: the owner's (approved) text and the assistant answer, bounded (AMB-12).
     capture_user_text: str | None = None
     capture_answer: str | None = None
+    # Re-curation only (issue #6 item 2): the original intake id and an optional ``memory.llm.model``
+    # override. Absent (None) they are left out of the canonical bytes, so every record admitted before
+    # these fields existed keeps its exact bytes and sha256 (INTAKE-03, the ledger).
+    recurate_of: str | None = None
+    model_override: str | None = None
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        data = super().model_dump(**kwargs)
+        for key in _OPTIONAL_EXTENSIONS:
+            if key in data and data[key] is None:
+                del data[key]
+        return data
+
+
+_OPTIONAL_EXTENSIONS = ("recurate_of", "model_override")
 
 
 class ProcessingState(BaseModel):
@@ -248,6 +264,11 @@ def admit_turn(
     return AdmissionResult(status=status, intake_id=payload.id)
 
 
+def fit_record(payload: IntakePayload) -> IntakePayload:
+    """Public face of the AMB-12 size rule, for records built outside ``build_payload`` (re-curation)."""
+    return _fit_record(payload)
+
+
 def _fit_record(payload: IntakePayload) -> IntakePayload:
     """AMB-12: truncate capture text at a UTF-8 boundary, with a marker, so the record stays ≤ 640 KiB.
 
@@ -281,6 +302,8 @@ class Intake:
         self.resolved_dir = self.base / "resolved"
         # Called after every durable transition (a SnapshotPublisher sets it); it must never raise into one.
         self.on_transition: Callable[[], None] | None = None
+        # memory.capture.turnArchiveDays: how long resolved capture turns stay re-curatable (0 = never).
+        self.archive_days = TURN_ARCHIVE_DAYS_DEFAULT
 
     def _transitioned(self) -> None:
         if self.on_transition is not None:
@@ -567,6 +590,9 @@ class Intake:
             data = self._read(folder / record_id)
             payload = IntakePayload.model_validate_json(data)
             proc = self._load_state(folder, record_id)
+            if outcome == "success":
+                # Before the payload goes: a crash after this write re-archives the same bytes (a no-op).
+                self._archive(record_id, payload, data, now=now)
             receipt = Receipt(
                 id=record_id,
                 payload_sha256=hashlib.sha256(data).hexdigest(),
@@ -586,6 +612,20 @@ class Intake:
             self._prune_receipts()
         self._transitioned()
         return receipt
+
+    def _archive(self, record_id: str, payload: IntakePayload, data: bytes, *, now: datetime) -> None:
+        """Keep a successfully curated capture turn for ``tempomem recurate`` (issue #6 item 2).
+
+        Only writeMode "capture" records: Lite/Journal projections are deterministic and already hold
+        the observation in daily/. Re-curation records are not archived again: their original is.
+        Operator resolution and dead letters never reach here. Retention is applied on the way.
+        """
+        archive = TurnArchive(self.root)
+        archive.prune(keep_days=self.archive_days, now=now)
+        if payload.write_mode != "capture" or payload.recurate_of is not None:
+            return
+        if archive.within_retention(payload.admitted_at, keep_days=self.archive_days, now=now):
+            archive.store(record_id, payload.admitted_at, data)
 
     def retry(self, record_id: str, *, now: datetime) -> bool:
         """CLI-04: make dead or delayed work due again, with a fresh attempt budget. False = no-op."""

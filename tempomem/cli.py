@@ -493,6 +493,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     backfill_cli.add_consolidate_arguments(p)
     p.set_defaults(func=backfill_cli.cmd_consolidate)
+    from tempomem import recurate as recurate_cli
+
+    p = sub.add_parser(
+        "recurate",
+        help="re-run extraction/review/reconciliation over archived capture turns (BuJo capture)",
+        description=(
+            "Re-curate the capture turns admitted between --since and --until (UTC days) with the current "
+            "config, or another model name, as a RecurateWorkflow on this store's worker. Changed facts "
+            "supersede the old lines, which stay as history; unchanged facts stay as they are. Needs the "
+            "turn archive (memory.capture.turnArchiveDays, default 90). --dry-run changes nothing and "
+            "prints the unified diff of daily/*.md that a real run would make."
+        ),
+    )
+    recurate_cli.add_recurate_arguments(p)
+    p.set_defaults(func=recurate_cli.cmd_recurate)
     return parser
 
 

@@ -60,6 +60,9 @@ from storage.limits import (
     MAX_BYTES_DEFAULT,
     OLLAMA_ENDPOINT_DEFAULT,
 )
+from storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
+
+TURN_ARCHIVE_DAYS_MAX = 3650  # ten years of day folders
 
 __all__ = [
     "AGENT_HOST_MODEL_REF",
@@ -278,6 +281,8 @@ class CaptureConfig(_Model):
     focus: str | None = None
     only: list[Literal["fact", "preference", "lesson"]] | None = None
     intent_lifecycle: bool = False
+    # Days a resolved capture turn stays in <root>/.turn-archive for `tempomem recurate`; 0 = no archive.
+    turn_archive_days: int = Field(default=TURN_ARCHIVE_DAYS_DEFAULT, ge=0, le=TURN_ARCHIVE_DAYS_MAX)
 
     @field_validator("reconcile_model")
     @classmethod

@@ -15,6 +15,7 @@ from storage.intake import Intake, admit_turn
 from storage.snapshot import Sink, SnapshotPublisher
 from storage.store_ref import store_id, task_queue
 from storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
+from storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
 from tempomem.config import TempomemConfig
 
 if TYPE_CHECKING:
@@ -170,7 +171,13 @@ class MemoryStore:
             client=client,
             first_delay_seconds=self.first_delay_seconds,
             capture=capture_settings(self.config),
+            turn_archive_days=self.turn_archive_days,
         )
+
+    @property
+    def turn_archive_days(self) -> int:
+        capture = self.config.memory.capture
+        return capture.turn_archive_days if capture is not None else TURN_ARCHIVE_DAYS_DEFAULT
 
     # -- read path ----------------------------------------------------------------------------------
     @property

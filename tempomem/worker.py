@@ -33,6 +33,7 @@ from storage.limits import SHUTDOWN_DRAIN_SECONDS
 from storage.snapshot import Sink, SnapshotPublisher
 from tempomem.backfill import backfill_worker_extras
 from tempomem.export import recover_interrupted_import
+from tempomem.recurate import recurate_worker_extras
 from workflows.capture import CaptureWorkflow
 from workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
 from workflows.sweep import IntakeSweepWorkflow
@@ -66,6 +67,9 @@ def store_activities(ctx: StoreContext) -> Sequence[Any]:
 def build_worker(client: Client, ctx: StoreContext, *, executor: concurrent.futures.Executor) -> Worker:
     """One activity at a time: captures of one store never race each other (INTAKE-15)."""
     extra_workflows, extra_activities = backfill_worker_extras(ctx)  # backfill + consolidation
+    recurate_workflows, recurate_activities = recurate_worker_extras(ctx)
+    extra_workflows = [*extra_workflows, *recurate_workflows]
+    extra_activities = [*extra_activities, *recurate_activities]
     return Worker(
         client,
         task_queue=ctx.task_queue,

@@ -1,0 +1,301 @@
+"""RecurateWorkflow: re-run extraction → review → reconciliation over archived capture turns (issue #6).
+
+Input and output are ids, dates, a model *name*, counts, digests and a path — never memory text. The
+text stays on the worker host: in the turn archive (``<root>/.turn-archive``), in re-admitted intake
+records, and in the dry run's diff file.
+
+Real run: ``recurate.admit`` re-admits the next archived turn(s) of the range, oldest admission first, as
+fresh intake records with derived ids (``sha256("recurate:<run id>:<original id>")``, so a re-run of the
+same run id finds every one in the ledger and admits nothing twice). Each pending one is curated by the
+ordinary ``CaptureWorkflow`` as a child — same 16-attempt budget, retained plan, crash-idempotent commit
+— one at a time, so each reconciliation sees the previous turn's result. The workflow continues as new
+every ``continue_as_new_every`` turns with a cursor (admission instant, original id).
+
+Dry run: one ``recurate.dry_run`` activity curates the same records against a scratch copy of the store
+and writes a unified diff of the canonical Markdown to ``<root>/.recurate/<run id>.diff`` (0600).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows import search_attributes as sa
+    from workflows.common import (
+        CAPTURE_WORKFLOW,
+        CaptureInput,
+        CaptureOutcome,
+        RecordRef,
+        capture_workflow_id,
+    )
+
+RECURATE_WORKFLOW = "RecurateWorkflow"
+RECURATE_ADMIT = "recurate.admit"
+RECURATE_DRY_RUN = "recurate.dry_run"
+RECORD_STATE = "backfill.record_state"  # registered with the backfill activities on every worker
+PROGRESS_QUERY = "progress"
+POLL_CAP_SECONDS = 300
+
+
+def recurate_workflow_id(store_id: str, run_id: str, *, dry_run: bool) -> str:
+    return f"recurate-{'dry-' if dry_run else ''}{store_id}-{run_id}"
+
+
+@dataclass
+class RecurateProgress:
+    """Content-free counts, answered by the ``progress`` query and returned as the result."""
+
+    turns: int = 0  # archived turns of the range handled so far
+    admitted: int = 0  # re-curation records admitted by this run
+    duplicates: int = 0  # already admitted by an earlier run with the same run id
+    resolved: int = 0
+    dead: int = 0
+    pending: int = 0  # left pending (the sweeper finishes them)
+    model_calls: int = 0  # dry run only (a real run's calls are in each capture's history)
+    continue_as_new_runs: int = 0
+    done: bool = False
+    diff_path: str = ""  # dry run: the owner-only diff file on the worker host
+    diff_sha256: str = ""
+    files_changed: int = 0
+    lines_added: int = 0
+    lines_removed: int = 0
+    superseded: int = 0
+
+
+@dataclass(frozen=True)
+class RecurateInput:
+    store_id: str
+    run_id: str
+    since: str  # YYYY-MM-DD, UTC admission day (inclusive)
+    until: str | None = None  # YYYY-MM-DD inclusive; None = up to now
+    model: str | None = None  # a memory.llm.model name override, never text
+    dry_run: bool = False
+    batch_size: int = 1  # turns admitted per activity; 1 keeps reconciliation strictly in admission order
+    continue_as_new_every: int = 500
+    first_delay_seconds: int = 60
+    search_attributes: bool = False
+    cursor_at: str = ""  # admission instant of the last archived turn handled (carried across runs)
+    cursor_id: str = ""
+    progress: RecurateProgress | None = None
+
+
+@dataclass(frozen=True)
+class RecurateAdmitInput:
+    store_id: str
+    run_id: str
+    since: str
+    until: str | None
+    model: str | None
+    cursor_at: str
+    cursor_id: str
+    max_items: int
+
+
+@dataclass(frozen=True)
+class RecurateAdmitResult:
+    cursor_at: str
+    cursor_id: str
+    eof: bool
+    turns: int
+    admitted: int
+    duplicates: int
+    capture: list[str]  # derived intake ids whose records are pending (admitted now or earlier)
+    tier: str
+    write_mode: str
+
+
+@dataclass(frozen=True)
+class RecurateDryRunInput:
+    store_id: str
+    run_id: str
+    since: str
+    until: str | None
+    model: str | None
+
+
+@dataclass(frozen=True)
+class RecurateDryRunResult:
+    turns: int
+    model_calls: int
+    diff_path: str
+    diff_sha256: str
+    files_changed: int
+    lines_added: int
+    lines_removed: int
+    superseded: int
+
+
+_ADMIT_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(minutes=1),
+    maximum_attempts=20,
+    non_retryable_error_types=["not_capture_store", "archive_error", "bad_request", "WrongStoreError"],
+)
+
+
+@workflow.defn(name=RECURATE_WORKFLOW)
+class RecurateWorkflow:
+    def __init__(self) -> None:
+        self._p = RecurateProgress()
+        self._tier = ""
+        self._write_mode = ""
+
+    @workflow.query(name=PROGRESS_QUERY)
+    def progress(self) -> RecurateProgress:
+        return self._p
+
+    @workflow.run
+    async def run(self, inp: RecurateInput) -> RecurateProgress:
+        if inp.batch_size < 1 or inp.continue_as_new_every < 1:
+            raise ApplicationError("batch_size and continue_as_new_every must be ≥ 1", non_retryable=True)
+        p = self._p = dataclasses.replace(inp.progress) if inp.progress else RecurateProgress()
+        if inp.dry_run:
+            return await self._dry_run(inp)
+        cursor_at, cursor_id = inp.cursor_at, inp.cursor_id
+        handled = 0
+        while True:
+            if handled >= inp.continue_as_new_every or workflow.info().is_continue_as_new_suggested():
+                p.continue_as_new_runs += 1
+                workflow.continue_as_new(
+                    dataclasses.replace(inp, cursor_at=cursor_at, cursor_id=cursor_id, progress=p)
+                )
+            batch: RecurateAdmitResult = await workflow.execute_activity(
+                RECURATE_ADMIT,
+                RecurateAdmitInput(
+                    inp.store_id,
+                    inp.run_id,
+                    inp.since,
+                    inp.until,
+                    inp.model,
+                    cursor_at,
+                    cursor_id,
+                    inp.batch_size,
+                ),
+                result_type=RecurateAdmitResult,
+                start_to_close_timeout=timedelta(minutes=5),
+                retry_policy=_ADMIT_RETRY,
+                summary="re-admit archived turns",
+            )
+            cursor_at, cursor_id = batch.cursor_at, batch.cursor_id
+            self._tier, self._write_mode = batch.tier, batch.write_mode
+            p.turns += batch.turns
+            p.admitted += batch.admitted
+            p.duplicates += batch.duplicates
+            handled += batch.turns
+            self._report()
+            for intake_id in batch.capture:  # one at a time: reconciliation order = admission order
+                await self._capture(inp, intake_id)
+                self._report()
+            if batch.eof:
+                break
+        p.done = True
+        self._report()
+        return p
+
+    async def _dry_run(self, inp: RecurateInput) -> RecurateProgress:
+        result: RecurateDryRunResult = await workflow.execute_activity(
+            RECURATE_DRY_RUN,
+            RecurateDryRunInput(inp.store_id, inp.run_id, inp.since, inp.until, inp.model),
+            result_type=RecurateDryRunResult,
+            start_to_close_timeout=timedelta(hours=6),
+            heartbeat_timeout=timedelta(seconds=30),
+            # A model failure fails the dry run visibly (its category is the error type); run it again.
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            summary="curate against a scratch copy; write the diff",
+        )
+        p = self._p
+        p.turns = result.turns
+        p.model_calls = result.model_calls
+        p.diff_path, p.diff_sha256 = result.diff_path, result.diff_sha256
+        p.files_changed, p.lines_added, p.lines_removed = (
+            result.files_changed,
+            result.lines_added,
+            result.lines_removed,
+        )
+        p.superseded = result.superseded
+        p.done = True
+        self._report()
+        return p
+
+    async def _capture(self, inp: RecurateInput, intake_id: str) -> None:
+        try:
+            outcome: CaptureOutcome = await workflow.execute_child_workflow(
+                CAPTURE_WORKFLOW,
+                CaptureInput(
+                    intake_id=intake_id,
+                    store_id=inp.store_id,
+                    first_delay_seconds=inp.first_delay_seconds,
+                    search_attributes=inp.search_attributes,
+                ),
+                id=capture_workflow_id(intake_id),
+                result_type=CaptureOutcome,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                # The capture owns its record's retry budget; it must outlive a cancelled re-curation.
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                search_attributes=self._child_attributes(inp) if inp.search_attributes else None,
+                static_summary=f"capture {intake_id[:12]}… · recurate {inp.run_id} · store {inp.store_id}",
+            )
+            state = outcome.state
+        except WorkflowAlreadyStartedError:
+            state = await self._await_record(inp, intake_id)  # the sweeper started it first
+        except ChildWorkflowError:
+            state = "failed"
+        if state not in ("resolved", "dead"):
+            state = await self._record_state(inp, intake_id)
+        p = self._p
+        if state == "resolved":
+            p.resolved += 1
+        elif state == "dead":
+            p.dead += 1
+        else:
+            p.pending += 1
+
+    async def _record_state(self, inp: RecurateInput, intake_id: str) -> str:
+        state: str = await workflow.execute_activity(
+            RECORD_STATE,
+            RecordRef(intake_id, inp.store_id),
+            result_type=str,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
+            summary="is the record still pending",
+        )
+        return "resolved" if state == "unknown" else state
+
+    async def _await_record(self, inp: RecurateInput, intake_id: str) -> str:
+        delay = 1
+        while True:
+            state = await self._record_state(inp, intake_id)
+            if state != "pending":
+                return state
+            await workflow.sleep(timedelta(seconds=delay), summary="capture owned by another starter")
+            delay = min(POLL_CAP_SECONDS, delay * 2)
+
+    def _child_attributes(self, inp: RecurateInput) -> TypedSearchAttributes:
+        return TypedSearchAttributes(
+            [
+                SearchAttributePair(sa.STORE_ID, inp.store_id),
+                SearchAttributePair(sa.TIER, self._tier),
+                SearchAttributePair(sa.WRITE_MODE, self._write_mode),
+                SearchAttributePair(sa.STATE, "pending"),
+                SearchAttributePair(sa.ATTEMPT, 0),
+            ]
+        )
+
+    def _report(self) -> None:
+        p = self._p
+        workflow.set_current_details(
+            f"{'dry run · ' if p.diff_path else ''}turns {p.turns} · admitted {p.admitted} · "
+            f"duplicates {p.duplicates} · resolved {p.resolved} · dead {p.dead} · pending {p.pending} · "
+            f"run {p.continue_as_new_runs + 1}" + (" · done" if p.done else "")
+        )
