@@ -26,6 +26,7 @@ within ``POLL_SECONDS``, and an idle anchor closes by itself.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import os
@@ -251,3 +252,20 @@ def _poll_anchors() -> None:
             con.close()
         if done:
             return
+
+
+@atexit.register
+def _close_all() -> None:
+    """Close every kept connection before the interpreter finalises: a connection closed later, from a
+    daemon thread, would release DuckDB's GIL state in a dying interpreter (a fatal error at exit)."""
+    global _POLLER
+    with _LOCK:
+        if os.getpid() != _PID:
+            return
+        closing = [e.con for e in _ENTRIES.values()] + [a.con for a in _ANCHORS.values()]
+        _ENTRIES.clear()
+        _ANCHORS.clear()
+        _POLLER = None
+    for con in closing:
+        with contextlib.suppress(Exception):
+            con.close()
