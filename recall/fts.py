@@ -21,6 +21,7 @@ import math
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
@@ -44,18 +45,34 @@ def has_index(con: duckdb.DuckDBPyConnection) -> bool:
     )
 
 
-def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Sequence[str]) -> None:
+@dataclass
+class FtsDelta:
+    """What ``apply_changes`` did to the FTS tables, so a process can patch its in-memory snapshot
+    (``Bm25Snapshot.patched``) instead of reloading every posting after its own write."""
+
+    gone_docids: list[int] = field(default_factory=list)
+    docs: list[tuple[int, str, int]] = field(default_factory=list)  # (docid, name, len)
+    postings: list[dict[int, int]] = field(default_factory=list)  # per new doc: termid -> tf
+    new_terms: dict[str, int] = field(default_factory=dict)  # term -> termid
+    df_delta: dict[int, int] = field(default_factory=dict)  # termid -> change of df
+
+
+def apply_changes(
+    con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Sequence[str]
+) -> FtsDelta:
     """Remove the documents named ``gone`` (deleted or about to be re-added) and index the rows of
     ``memories`` whose id is in ``added``. Run inside the caller's transaction, after the rows changed.
 
     Why the small reads into Python and literal lists back: each statement that joins the 1M-row
     ``terms`` table costs 10-35 ms at 100k memories; point lists keep every statement a filtered scan."""
     s = SCHEMA
-    df_delta: dict[int, int] = {}
+    delta = FtsDelta()
+    df_delta = delta.df_delta
     if gone:
         docids = [
             d for (d,) in con.execute(f"SELECT docid FROM {s}.docs WHERE name IN {_in(gone)}").fetchall()
         ]
+        delta.gone_docids = [int(d) for d in docids]
         if docids:
             ids = "(" + ", ".join(str(int(d)) for d in docids) + ")"
             for termid, n in con.execute(
@@ -90,6 +107,7 @@ def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Se
         new_terms = [t for t in wanted if t not in termid_of]
         for offset, term in enumerate(new_terms):
             termid_of[term] = int(base_term) + offset
+            delta.new_terms[term] = int(base_term) + offset
         if new_terms:
             con.execute(
                 f"INSERT INTO {s}.dict VALUES "
@@ -100,6 +118,11 @@ def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Se
             docid = int(base_doc) + offset
             doc_rows.append(f"({docid}, {_lit(rid)}, {len(terms_of[rid])})")
             term_rows.extend(f"({docid}, 0, {termid_of[t]})" for t in terms_of[rid])
+            delta.docs.append((docid, rid, len(terms_of[rid])))
+            tf: dict[int, int] = {}
+            for t in terms_of[rid]:
+                tf[termid_of[t]] = tf.get(termid_of[t], 0) + 1
+            delta.postings.append(tf)
             for termid in {termid_of[t] for t in terms_of[rid]}:
                 df_delta[termid] = df_delta.get(termid, 0) + 1
         if doc_rows:
@@ -122,6 +145,7 @@ def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Se
             f"INSERT INTO {s}.stats SELECT count(docs.docid), sum(docs.len) / count(docs.len) "
             f"FROM {s}.docs AS docs"
         )
+    return delta
 
 
 def bm25_sql(query: str, pool: int) -> str:
@@ -186,24 +210,92 @@ class Bm25Snapshot:
             str(term): (int(termid), int(df))
             for term, termid, df in con.execute(f"SELECT term, termid, df FROM {s}.dict").fetchall()
         }
+        # Set only by ``patched``: rows removed since the load, and postings of documents added since.
+        self.alive: np.ndarray | None = None
+        self.extra: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.total_len = int(self.lens.sum())
+
+    def patched(self, delta: FtsDelta) -> Bm25Snapshot | None:
+        """This snapshot moved past ``delta`` (one committed ``apply_changes``), sharing the unchanged
+        arrays; None when the delta does not fit (then the caller reloads). Scores equal a fresh load:
+        a document's terms are summed in the same order, with the same df, lens and avgdl."""
+        new = object.__new__(Bm25Snapshot)
+        n_old = len(self.docids)
+        alive = self.alive.copy() if self.alive is not None else np.ones(n_old, bool)
+        total_len = self.total_len
+        if delta.gone_docids:
+            pos = np.searchsorted(self.docids, np.asarray(delta.gone_docids, dtype=np.int64))
+            if np.any(pos >= n_old) or np.any(self.docids[np.minimum(pos, n_old - 1)] != delta.gone_docids):
+                return None
+            if not np.all(alive[pos]):
+                return None
+            alive[pos] = False
+            total_len -= int(self.lens[pos].sum())
+        if delta.docs and n_old and delta.docs[0][0] <= int(self.docids[-1]):
+            return None  # docids must keep ascending for searchsorted
+        new.docids = np.concatenate([self.docids, np.asarray([d for d, _, _ in delta.docs], np.int64)])
+        new.names = self.names + [name for _, name, _ in delta.docs]
+        new.lens = np.concatenate([self.lens, np.asarray([n for _, _, n in delta.docs], np.float64)])
+        new.alive = np.concatenate([alive, np.ones(len(delta.docs), bool)])
+        total_len += sum(n for _, _, n in delta.docs)
+        grow: dict[int, tuple[list[int], list[float]]] = {}
+        for offset, tf in enumerate(delta.postings):
+            for termid, count in tf.items():
+                ps, ts = grow.setdefault(termid, ([], []))
+                ps.append(n_old + offset)
+                ts.append(float(count))
+        new.extra = dict(self.extra)
+        for termid, (ps, ts) in grow.items():
+            old = new.extra.get(termid)
+            p, t = np.asarray(ps, np.int64), np.asarray(ts, np.float64)
+            new.extra[termid] = (np.concatenate([old[0], p]), np.concatenate([old[1], t])) if old else (p, t)
+        terms = dict(self.dict)
+        for term, termid in delta.new_terms.items():
+            terms[term] = (termid, 0)
+        if delta.df_delta:
+            term_of = {termid: term for term, (termid, _) in terms.items() if termid in delta.df_delta}
+            for termid, change in delta.df_delta.items():
+                term = term_of.get(termid)
+                if term is None:
+                    return None
+                df = terms[term][1] + change
+                if df <= 0:
+                    del terms[term]  # as the DELETE ... WHERE df <= 0 of apply_changes
+                else:
+                    terms[term] = (termid, df)
+        new.dict = terms
+        new.post_pos, new.post_tf, new.ranges = self.post_pos, self.post_tf, self.ranges
+        new.num_docs = int(new.alive.sum())
+        new.total_len = total_len
+        # As the stats table: sum(len) / count(len), a double division of exact integers.
+        new.avgdl = total_len / new.num_docs if new.num_docs else 0.0
+        return new
 
     def top(self, terms: Sequence[str], pool: int) -> list[tuple[str, float]]:
         scores: np.ndarray | None = None
         for term in terms:
             hit = self.dict.get(term)
-            if hit is None or hit[0] not in self.ranges:
+            if hit is None:
                 continue
             termid, df = hit
-            a, b = self.ranges[termid]
             idf = math.log10((((self.num_docs - df) + 0.5) / (df + 0.5)) + 1)
-            tf = self.post_tf[a:b]
-            pos = self.post_pos[a:b]
-            sub = idf * (((tf * 22) / 10.0) / (tf + (1.2 * (0.25 + (0.75 * (self.lens[pos] / self.avgdl))))))
-            if scores is None:
-                scores = np.zeros(len(self.docids), np.float64)
-            scores[pos] += sub
+            parts = []
+            if termid in self.ranges:
+                a, b = self.ranges[termid]
+                parts.append((self.post_pos[a:b], self.post_tf[a:b]))
+            if termid in self.extra:
+                parts.append(self.extra[termid])  # documents added since the load: disjoint positions
+            for pos, tf in parts:
+                sub = idf * (
+                    ((tf * 22) / 10.0) / (tf + (1.2 * (0.25 + (0.75 * (self.lens[pos] / self.avgdl)))))
+                )
+                if scores is None:
+                    scores = np.zeros(len(self.docids), np.float64)
+                scores[pos] += sub
         if scores is None or pool <= 0:
             return []
+        if self.alive is not None:
+            scores[~self.alive] = 0.0  # removed since the load
         hit_pos = np.flatnonzero(scores)
         if len(hit_pos) > pool:
             kth = np.partition(scores[hit_pos], len(hit_pos) - pool)[len(hit_pos) - pool]
@@ -229,3 +321,16 @@ def snapshot(db: str, key: tuple[object, ...], con: duckdb.DuckDBPyConnection) -
             del _SNAPSHOTS[other]  # one generation per index folder
         _SNAPSHOTS[db] = (key, snap)
     return snap
+
+
+def patch_snapshot(db: str, before: tuple[object, ...], after: tuple[object, ...], delta: FtsDelta) -> None:
+    """After this process's own committed write of ``db``: move a cached snapshot of state ``before`` to
+    state ``after`` in memory (or forget it), so the next search does not reload every posting."""
+    with _SNAPSHOT_LOCK:
+        cached = _SNAPSHOTS.pop(db, None)
+    if cached is None or cached[0] != before:
+        return
+    snap = cached[1].patched(delta)
+    if snap is not None:
+        with _SNAPSHOT_LOCK:
+            _SNAPSHOTS.setdefault(db, (after, snap))

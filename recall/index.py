@@ -708,7 +708,9 @@ class MemoryIndex:
             return 0
         gen_dir = self.generation_dir(generation)
         ident = self.identity
-        with self._connect(gen_dir / DB_NAME, read_only=False) as con:
+        db = gen_dir / DB_NAME
+        with self._connect(db, read_only=False) as con:
+            file_before = connections.identity(db)
             # One round trip for what the change needs to know: the stored rows, the highest seq and
             # the kept digest (DuckDB statements cost ~1 ms each; an upsert used to make twenty).
             stored: dict[str, tuple[str, str]] = {}
@@ -718,7 +720,7 @@ class MemoryIndex:
                 "SELECT 'row', id, row_digest, content_hash FROM memories WHERE id IN "
                 f"{_sql_in(incoming)} UNION ALL "
                 "SELECT 'seq', CAST(coalesce(max(seq), 0) AS VARCHAR), NULL, NULL FROM memories UNION ALL "
-                "SELECT 'meta', key, value, NULL FROM meta WHERE key IN ('rows', 'source_digest')"
+                "SELECT 'meta', key, value, NULL FROM meta WHERE key IN ('rows', 'source_digest', 'fts_seq')"
             ).fetchall():
                 if kind == "row":
                     stored[a] = (b, c)
@@ -760,13 +762,21 @@ class MemoryIndex:
                     con.execute(f"INSERT INTO memories SELECT {', '.join(_COLUMNS)} FROM incoming")
                     con.unregister("incoming")
                 indexed = fts.has_index(con)
+                delta = None
                 if indexed:
                     # Same transaction as the rows: the FTS index never lags behind them (AMB-32).
-                    fts.apply_changes(con, removed + [r["id"] for r in changed], [r["id"] for r in changed])
+                    delta = fts.apply_changes(
+                        con, removed + [r["id"] for r in changed], [r["id"] for r in changed]
+                    )
                 self._store_digest(con, n_rows, digest, watermark=indexed)
                 con.execute("COMMIT")
                 if not indexed:
                     self._rebuild_fts(con)
+                elif delta is not None and "source_digest" in kept:
+                    # Move this process's BM25 snapshot along with the write instead of reloading it.
+                    before = _state_key(file_before, kept)
+                    after = _state_key(connections.identity(db), _meta(con))
+                    fts.patch_snapshot(str(db), before, after, delta)
         new_text = {r["id"] for r in changed if stored.get(r["id"], ("", ""))[1] != r["content_hash"]}
 
         manifest = self.manifest(generation) or {}
@@ -906,14 +916,14 @@ class MemoryIndex:
         db = gen_dir / DB_NAME
         with self._connect(db, read_only=True) as con:
             bm25: list[tuple[str, float]] = []
-            meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+            meta = _meta(con)
             watermark = int(meta.get("fts_seq") or 0)
             text = query.replace(chr(0), " ")
             try:
                 if "source_digest" in meta:
                     # Every writer changes the digest (and the file) in the transaction that changes the
                     # FTS tables, so this key names one state of them: score from the in-memory copy.
-                    key = (connections.identity(db), watermark, meta.get("rows"), meta["source_digest"])
+                    key = _state_key(connections.identity(db), meta)
                     bm25 = fts.snapshot(str(db), key, con).top(fts.query_terms(con, text), pool)
                 else:
                     bm25 = con.execute(fts.bm25_sql(text, pool)).fetchall()
@@ -1065,6 +1075,16 @@ def _vector_snapshot(gen_dir: Path, table: Any, dim: int) -> _VectorSnapshot:
             del _VECTOR_SNAPSHOTS[other]
         _VECTOR_SNAPSHOTS[key] = snap
     return snap
+
+
+def _meta(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    return dict(con.execute("SELECT key, value FROM meta").fetchall())
+
+
+def _state_key(file_identity: tuple[int, ...] | None, meta: dict[str, str]) -> tuple[object, ...]:
+    """Names one state of the FTS tables: every writer changes the digest (and the file) in the
+    transaction that changes them."""
+    return (file_identity, int(meta.get("fts_seq") or 0), meta.get("rows"), meta["source_digest"])
 
 
 def _id_filter(ids: Sequence[str]) -> str:

@@ -200,3 +200,39 @@ def test_writer_anchor_serves_this_process_and_yields_to_another(tmp_path: Path)
     assert len(written) >= 1
     ids = {h.id for h in idx.search("Lighthouse keeper log entry", limit=len(written) + 20)}
     assert set(written) <= ids
+
+
+def test_own_writes_patch_the_bm25_snapshot_to_what_a_reload_reads(tmp_path: Path) -> None:
+    """After this process's upserts (add, change, drop, a brand-new term, a term's last document gone)
+    the cached BM25 snapshot is patched in memory, not reloaded, and scores exactly as a fresh load of
+    the same database (AMB-32)."""
+    import recall.fts as fts
+
+    root = tmp_path / "mem"
+    write_store(root)
+    idx = MemoryIndex(root, None)
+    idx.rebuild()
+    for q in QUERIES:
+        idx.search(q)  # the snapshot of the state before the writes
+    writes = [
+        ("2026-03-04", bullet("The lighthouse keeper on Sark feeds a cat named Tea.", id="keeper")),
+        ("2026-03-04", bullet("Zanzibarian quokkas visited the lighthouse.", id="quokka")),
+        ("2026-03-05", bullet("The quarterly tax deadline moved to 2026-05-01.", id="tax")),
+        ("2026-03-06", bullet("Zanzibarian quokkas visited the lighthouse.", id="quokka", status="dropped")),
+        ("2026-03-06", bullet("Morgan drinks green tea with the keeper.", id="keeper")),
+    ]
+    for day, b in writes:
+        append_bullets(root / "daily" / f"{day}.md", day, [b])
+        assert idx.upsert([(day, b)]) == 1
+    db = str(idx.generation_dir(idx.active_generation() or 0) / index_mod.DB_NAME)
+    key, patched = fts._SNAPSHOTS[db]
+    assert patched.alive is not None  # moved along with the writes, never reloaded
+    queries = [*QUERIES, "zanzibarian quokkas", "green tea keeper", "quarterly deadline 2026-05-01"]
+    with idx._connect(Path(db), read_only=True) as con:
+        fresh = fts.Bm25Snapshot(con)
+        terms = {q: fts.query_terms(con, q) for q in queries}
+    assert patched.num_docs == fresh.num_docs and patched.avgdl == fresh.avgdl
+    assert "zanzibarian" not in patched.dict and "zanzibarian" not in {t for t in fresh.dict}
+    for q in queries:
+        assert patched.top(terms[q], 50) == fresh.top(terms[q], 50), q
+    assert [h.id for h in idx.search("green tea keeper", limit=3)][:1] == ["keeper"]
