@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from recall import connections, fts, scoring
+from recall import connections, fts, row_snapshot, scoring
 from recall.embedding import EmbeddingError, EmbeddingIdentity, EmbeddingProvider
 from recall.profiles import RecallProfile, resolve_profile
 from recall.search import Candidate, Hit, rank
@@ -773,10 +773,16 @@ class MemoryIndex:
                 if not indexed:
                     self._rebuild_fts(con)
                 elif delta is not None and "source_digest" in kept:
-                    # Move this process's BM25 snapshot along with the write instead of reloading it.
+                    # Move this process's snapshots along with the write instead of reloading them; the
+                    # rows are read back so they hold exactly what a reload would read.
                     before = _state_key(file_before, kept)
                     after = _state_key(connections.identity(db), _meta(con))
                     fts.patch_snapshot(str(db), before, after, delta)
+                    written = con.execute(
+                        f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN "
+                        f"{_sql_in([r['id'] for r in changed])}"
+                    ).fetchall()
+                    row_snapshot.patch(str(db), before, after, written, removed)
         new_text = {r["id"] for r in changed if stored.get(r["id"], ("", ""))[1] != r["content_hash"]}
 
         manifest = self.manifest(generation) or {}
@@ -919,22 +925,25 @@ class MemoryIndex:
             meta = _meta(con)
             watermark = int(meta.get("fts_seq") or 0)
             text = query.replace(chr(0), " ")
+            # Every writer changes the digest (and the file) in the transaction that changes the rows and
+            # the FTS tables, so this key names one state of them: read both from in-memory copies.
+            key = _state_key(connections.identity(db), meta) if "source_digest" in meta else None
             try:
-                if "source_digest" in meta:
-                    # Every writer changes the digest (and the file) in the transaction that changes the
-                    # FTS tables, so this key names one state of them: score from the in-memory copy.
-                    key = _state_key(connections.identity(db), meta)
+                if key is not None:
                     bm25 = fts.snapshot(str(db), key, con).top(fts.query_terms(con, text), pool)
                 else:
                     bm25 = con.execute(fts.bm25_sql(text, pool)).fetchall()
             except duckdb.CatalogException:
                 watermark = 0  # FTS index never built (crash mid-write): scan everything lexically
             wanted = list(dict.fromkeys([i for i, _ in bm25] + list(vec_hits)))
-            # Two selections, not one OR: the id list is a key lookup, the tail a zone-map pruned scan.
-            rows = con.execute(
-                f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN {_sql_in(wanted)} UNION ALL "
-                f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE seq > {int(watermark)}"
-            ).fetchall()
+            if key is not None:
+                rows = row_snapshot.snapshot(str(db), key, con, _COLUMNS).rows(wanted, newer_than=watermark)
+            else:
+                # Two selections, not one OR: the id list is a key lookup, the tail a zone-map pruned scan.
+                rows = con.execute(
+                    f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN {_sql_in(wanted)} UNION ALL "
+                    f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE seq > {int(watermark)}"
+                ).fetchall()
         records = {r[0]: dict(zip(_COLUMNS, r, strict=True)) for r in rows}
 
         bm25_rank = {rid: (rank, score) for rank, (rid, score) in enumerate(bm25, start=1)}

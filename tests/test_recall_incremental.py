@@ -236,3 +236,15 @@ def test_own_writes_patch_the_bm25_snapshot_to_what_a_reload_reads(tmp_path: Pat
     for q in queries:
         assert patched.top(terms[q], 50) == fresh.top(terms[q], 50), q
     assert [h.id for h in idx.search("green tea keeper", limit=3)][:1] == ["keeper"]
+    # The candidates' rows come from this process's row snapshot, patched by the same writes.
+    import recall.row_snapshot as row_snapshot
+
+    row_key, rows = row_snapshot._SNAPSHOTS[db]
+    assert row_key == fts._SNAPSHOTS[db][0] and rows.overlay  # patched, not reloaded
+    with idx._connect(Path(db), read_only=True) as con:
+        stored = con.execute(f"SELECT {', '.join(index_mod._COLUMNS)} FROM memories ORDER BY id").fetchall()
+        watermark = int(dict(con.execute("SELECT key, value FROM meta").fetchall())["fts_seq"])
+    ids = [r[0] for r in stored]
+    assert "quokka" not in ids and rows.rows(["quokka"], newer_than=watermark) == []
+    assert sorted(rows.rows(ids, newer_than=watermark)) == stored
+    assert rows.rows([], newer_than=0) and sorted(rows.rows([], newer_than=0)) == stored  # the tail
