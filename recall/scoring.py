@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from storage.limits import (
     NAME_ANCHOR_BONUS,
@@ -305,3 +306,39 @@ def tuned_anchor_bonus(
     if anchors.names and name_bonus:
         bonus += name_bonus * sum(a in terms.words for a in anchors.names) / len(anchors.names)
     return bonus
+
+
+class _Positioned(Protocol):
+    @property
+    def row(self) -> Mapping[str, object]: ...
+
+
+_C = TypeVar("_C", bound=_Positioned)
+
+
+def with_neighbours(scored: Sequence[tuple[float, _C]], weights: Sequence[float]) -> list[tuple[float, _C]]:
+    """Conversation context (tuned profiles): a line gains ``weights[d-1]`` × how far its best neighbour at
+    distance ``d`` (same day file, seq ± d, in the pool) scores above the pool's lowest score, summed over
+    the distances. Neighbours are read from the scores before any boost; a line without a neighbour in
+    the pool gains nothing at that distance. ``weights == (w,)`` is the original one-line window."""
+    if not any(weights):
+        return list(scored)
+    low = min((s for s, _ in scored), default=0.0)
+    by_pos: dict[tuple[str, int], float] = {}
+    for s, c in scored:
+        seq = c.row.get("seq")
+        if isinstance(seq, int):
+            by_pos[(str(c.row.get("day") or ""), seq)] = s
+    out = []
+    for s, c in scored:
+        seq = c.row.get("seq")
+        if isinstance(seq, int):
+            day = str(c.row.get("day") or "")
+            boost = 0.0
+            for distance, weight in enumerate(weights, start=1):
+                if weight:
+                    near = max(by_pos.get((day, seq - distance), low), by_pos.get((day, seq + distance), low))
+                    boost += weight * (near - low)
+            s += boost
+        out.append((s, c))
+    return out

@@ -168,30 +168,10 @@ def rank_tuned(
             bonus += profile.temporal_bonus
         ties = profile.rrf_weight * scoring.rrf(c.bm25_rank, c.vector_rank, k=profile.rrf_k)
         scored.append((evidence + bonus + ties + profile.salience_weight * c.salience, c))
-    if profile.neighbour_weight:
-        scored = _with_neighbours(scored, profile.neighbour_weight)
+    if profile.neighbour_weights():
+        scored = scoring.with_neighbours(scored, profile.neighbour_weights())
     scored.sort(key=lambda sc: (-sc[0], sc[1].id))
     return [_hit(c, s, "hybrid") for s, c in scored[:limit]]
-
-
-def _with_neighbours(scored: list[tuple[float, Candidate]], weight: float) -> list[tuple[float, Candidate]]:
-    """Add ``weight`` × how far the best neighbour (same day, seq ± 1, in the pool) scores above the
-    pool's lowest score; lines without a neighbour in the pool get nothing."""
-    low = min((s for s, _ in scored), default=0.0)
-    by_pos: dict[tuple[str, int], float] = {}
-    for s, c in scored:
-        seq = c.row.get("seq")
-        if isinstance(seq, int):
-            by_pos[(str(c.row.get("day") or ""), seq)] = s
-    out = []
-    for s, c in scored:
-        seq = c.row.get("seq")
-        if isinstance(seq, int):
-            day = str(c.row.get("day") or "")
-            near = max(by_pos.get((day, seq - 1), low), by_pos.get((day, seq + 1), low))
-            s += weight * (near - low)
-        out.append((s, c))
-    return out
 
 
 def rank_single(

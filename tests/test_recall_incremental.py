@@ -225,7 +225,7 @@ def test_own_writes_patch_the_bm25_snapshot_to_what_a_reload_reads(tmp_path: Pat
         append_bullets(root / "daily" / f"{day}.md", day, [b])
         assert idx.upsert([(day, b)]) == 1
     db = str(idx.generation_dir(idx.active_generation() or 0) / index_mod.DB_NAME)
-    key, patched = fts._SNAPSHOTS[db]
+    _key, patched = fts._SNAPSHOTS[db]
     assert patched.alive is not None  # moved along with the writes, never reloaded
     queries = [*QUERIES, "zanzibarian quokkas", "green tea keeper", "quarterly deadline 2026-05-01"]
     with idx._connect(Path(db), read_only=True) as con:

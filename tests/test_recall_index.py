@@ -231,7 +231,8 @@ def test_hybrid_search_ranks_right_line_first(store: Path, minilm: LocalMiniLMEm
         assert hits[0].id == expected, (query, [(h.id, h.score) for h in hits])
         assert hits[0].mode == "hybrid" and hits[0].cosine is not None and hits[0].cosine >= 0.5
     # Date anchors: the exact date wins, the other month does not get the bonus.
-    hits = {h.id: h for h in idx.search("Who was born on 1988-11-02?", limit=8)}
+    # The reference contract's anchor constants (the MiniLM default profile is tuned-minilm).
+    hits = {h.id: h for h in idx.search("Who was born on 1988-11-02?", limit=8, profile="reference")}
     assert next(iter(hits)) == "zoe"
     bonus = {i: h.score - scoring.semantic_evidence(h.cosine or 0.0) for i, h in hits.items()}
     assert bonus["zoe"] == pytest.approx(0.15, abs=1e-3) and bonus["sam"] == pytest.approx(0.0, abs=1e-3)
@@ -365,7 +366,7 @@ def test_upsert_during_embedding_outage_stays_searchable(store: Path, minilm: Lo
     hits = idx.search("climbing boulder gym", limit=3)  # query embedding fails too: lexical mode
     assert hits[0].id == "climb" and hits[0].mode == "lexical"
     counting.fail = False
-    hits = idx.search("Saturday climbing session at the boulder gym", limit=3)
+    hits = idx.search("Saturday climbing session at the boulder gym", limit=3, profile="reference")
     assert hits[0].id == "climb" and hits[0].mode == "hybrid" and hits[0].cosine is None  # waits for vector
     assert hits[0].score == pytest.approx(1.0, abs=1e-3)  # lexical evidence (REC-32)
     assert idx.upsert([("2026-03-07", line)]) == 1  # a replayed upsert heals the missing vector

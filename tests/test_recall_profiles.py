@@ -10,9 +10,17 @@ import numpy as np
 import pytest
 
 from recall import profiles, scoring
-from recall.embedding import EmbeddingIdentity, LocalMiniLMEmbedder
+from recall.embedding import EmbeddingIdentity, LocalMiniLMEmbedder, make_embedder
 from recall.index import MemoryIndex
-from recall.profiles import DEFAULT_PROFILE, REFERENCE, TUNED, RecallProfile, resolve_profile
+from recall.profiles import (
+    DEFAULT_PROFILE,
+    REFERENCE,
+    TUNED,
+    TUNED_MINILM,
+    RecallProfile,
+    default_profile,
+    resolve_profile,
+)
 from recall.search import Candidate, rank
 from storage.markdown import Bullet, append_bullets
 
@@ -26,11 +34,20 @@ def cand(
     bm25_score: float | None = None,
     vector_rank: int | None = None,
     day: str = "2026-03-01",
+    seq: int | None = None,
 ) -> Candidate:
+    row: dict[str, object] = {
+        "day": day,
+        "recorded": f"{day}T10:00:00.000Z",
+        "type": "note",
+        "status": "open",
+    }
+    if seq is not None:
+        row["seq"] = seq
     return Candidate(
         id=id,
         text=text,
-        row={"day": day, "recorded": f"{day}T10:00:00.000Z", "type": "note", "status": "open"},
+        row=row,
         bm25_rank=bm25_rank,
         bm25_score=bm25_score,
         vector_rank=vector_rank,
@@ -168,6 +185,60 @@ def test_resolve_profile() -> None:
     )
 
 
+def test_default_profile_by_embedder() -> None:
+    # The shipped default embedder (embeddings.provider "local", MiniLM) ranks with TUNED_MINILM…
+    assert default_profile(make_embedder("local").identity) is TUNED_MINILM
+    assert default_profile(make_embedder("local", "all-MiniLM-L6-v2", 384).identity) is TUNED_MINILM
+    assert DEFAULT_PROFILE is TUNED_MINILM and DEFAULT_PROFILE.ranker == "tuned"
+    # …the embedded e5-small with TUNED…
+    assert default_profile(make_embedder("local-e5").identity) is TUNED
+    # …and every configured HTTP provider, an unknown embedder and Lite keep the reference contract.
+    for identity in (
+        make_embedder("ollama", "nomic-embed-text", 768).identity,
+        make_embedder("lmstudio", "text-embedding-nomic-embed-text-v1.5", 768).identity,
+        make_embedder("openai", "text-embedding-3-small", 1536).identity,
+        EmbeddingIdentity("local", "some-other-model", 384),  # same provider, another model
+        EmbeddingIdentity("ollama", "all-MiniLM-L6-v2-int8", 384),  # same model name, another provider
+        None,
+    ):
+        assert default_profile(identity) is REFERENCE, identity
+        assert resolve_profile(None, identity) is REFERENCE
+    # An explicit profile always wins, by object or by name.
+    assert resolve_profile("reference", make_embedder("local").identity) is REFERENCE
+    assert resolve_profile("tuned-minilm", None) is TUNED_MINILM
+
+
+def test_tuned_minilm_levers() -> None:
+    # Guard the measured constants (README table): changing them needs a new bench run.
+    assert TUNED_MINILM.embedder == profiles.MINILM_EMBEDDER and TUNED.embedder == profiles.E5_EMBEDDER
+    assert (TUNED_MINILM.lexical_weight, TUNED_MINILM.neighbour_weights()) == (0.3, (0.4, 0.2))
+    assert TUNED.neighbour_weights() == (0.4, 0.2) and REFERENCE.neighbour_weights() == ()
+    assert TUNED_MINILM.semantic_floor == 0.0 and TUNED_MINILM.session_date_anchors
+
+
+def test_neighbour_context_by_distance() -> None:
+    # a (seq 1) matches the question; c (seq 3) is two lines later; z is on another day.
+    pool = [
+        cand("a", "Ann: did you ever go camping?", cosine=0.9, seq=1),
+        cand("b", "Ben: oh yes, many times", cosine=0.5, seq=2),
+        cand("c", "Ann: we saw the meteor shower last year", cosine=0.5, seq=3),
+        cand("z", "Ann: unrelated", cosine=0.5, seq=3, day="2026-03-02"),
+    ]
+    scored = [(float(c.cosine or 0.0), c) for c in pool]
+    one = {c.id: s for s, c in scoring.with_neighbours(scored, (0.4,))}
+    assert one == pytest.approx({"a": 0.9, "b": 0.5 + 0.4 * 0.4, "c": 0.5, "z": 0.5})
+    two = {c.id: s for s, c in scoring.with_neighbours(scored, (0.4, 0.2))}
+    assert two == pytest.approx({"a": 0.9, "b": 0.5 + 0.4 * 0.4, "c": 0.5 + 0.2 * 0.4, "z": 0.5})
+    assert scoring.with_neighbours(scored, ()) == scored == scoring.with_neighbours(scored, (0.0, 0.0))
+    # And through rank(): the distance-2 weight of a profile is applied (recall.search uses it).
+    prof = RecallProfile(name="t", semantic_floor=0.0, rrf_weight=0.0, neighbour_weight=0.4)
+    ranked = {h.id: h.score for h in rank("camping", pool, limit=4, profile=prof, hybrid=True)}
+    assert ranked["c"] == pytest.approx(0.5)
+    prof2 = prof.model_copy(update={"neighbour2_weight": 0.2})
+    ranked = {h.id: h.score for h in rank("camping", pool, limit=4, profile=prof2, hybrid=True)}
+    assert ranked["c"] == pytest.approx(0.5 + 0.2 * 0.4) and ranked["z"] == pytest.approx(0.5)
+
+
 # ---------------------------------------------------------------------------------------------------
 # through a real index
 
@@ -228,8 +299,18 @@ def test_tuned_ranks_obvious_line_first_and_default_is_used(
     assert plain == [(h.id, h.score) for h in idx.search(query, limit=5, profile=DEFAULT_PROFILE)]
     # …and the default really is consulted at call time.
     marker = RecallProfile(name="marker", ranker="bm25", embedder=DEFAULT_PROFILE.embedder)
-    monkeypatch.setattr(profiles, "DEFAULT_PROFILE", marker)
+    monkeypatch.setitem(profiles.DEFAULT_PROFILES, profiles.MINILM_EMBEDDER, marker)
     assert all(h.mode == "bm25" for h in idx.search(query, limit=5))
+
+
+def test_minilm_index_defaults_to_tuned_minilm(tmp_path: Path, minilm: LocalMiniLMEmbedder) -> None:
+    idx = MemoryIndex(_store(tmp_path), minilm)
+    idx.rebuild()
+    query = "When did Ben get a flat tyre on his bike?"
+    plain = [(h.id, h.score) for h in idx.search(query, limit=5)]
+    assert plain == [(h.id, h.score) for h in idx.search(query, limit=5, profile=TUNED_MINILM)]
+    assert plain != [(h.id, h.score) for h in idx.search(query, limit=5, profile=REFERENCE)]
+    assert plain[0][0] == "bike"
 
 
 def test_profile_choice_never_changes_which_rows_exist(tmp_path: Path, minilm: LocalMiniLMEmbedder) -> None:
