@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
 from dataclasses import fields as dataclass_fields
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -903,7 +903,7 @@ class MemoryIndex:
         # Vector retriever first (LanceDB readers never block writers).
         vec_hits: dict[str, tuple[int, float]] = {}
         stored_vectors: dict[str, np.ndarray] = {}
-        table = self._lance_table(gen_dir) if query_vec is not None else None
+        table = _read_table(gen_dir) if query_vec is not None else None
         snapshot: _VectorSnapshot | None = None
         if query_vec is not None and table is not None:
             # Exact top-``pool`` by dot product, as LanceDB's flat scan, over a per-process float32 copy
@@ -1039,6 +1039,37 @@ class _VectorSnapshot:
 
 _VECTOR_SNAPSHOTS: dict[str, _VectorSnapshot] = {}  # generation dir → latest snapshot seen here
 _VECTOR_LOCK = threading.Lock()
+
+
+_READ_TABLES: dict[str, tuple[tuple[int, int], Any]] = {}  # generation dir → (dataset folder id, table)
+
+
+def _read_table(gen_dir: Path) -> Any:
+    """The generation's LanceDB table for searches, opened once per process (1-3 ms an open) with
+    strict read consistency, so every read still sees the latest version any process committed."""
+    try:
+        st = os.stat(gen_dir / LANCE_DIR)
+    except FileNotFoundError:
+        return None
+    ident = (st.st_ino, st.st_mtime_ns)
+    key = str(gen_dir)
+    with _VECTOR_LOCK:
+        cached = _READ_TABLES.get(key)
+    if cached is not None and cached[0] == ident:
+        return cached[1]
+    import lancedb
+
+    try:
+        table = lancedb.connect(str(gen_dir / LANCE_DIR), read_consistency_interval=timedelta(0)).open_table(
+            LANCE_TABLE
+        )
+    except (FileNotFoundError, ValueError):
+        return None
+    with _VECTOR_LOCK:
+        for other in [k for k in _READ_TABLES if Path(k).parent == gen_dir.parent and k != key]:
+            del _READ_TABLES[other]  # one generation per index folder
+        _READ_TABLES[key] = (ident, table)
+    return table
 
 
 def _vector_version(gen_dir: Path, table: Any) -> tuple[int, ...]:

@@ -14,6 +14,7 @@ No stop-word or question-word lists anywhere (REC-29).
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -96,6 +97,17 @@ def _capitalised_words(text: str) -> list[tuple[str, bool]]:
     return out
 
 
+# Why the caches: a search derives these from the text of each of its ~100 candidates, which costs more
+# than the retrieval itself on a small store, and the same lines come back query after query. They are
+# pure functions of the text; entries are small and bounded.
+_TEXT_CACHE = 16_384
+
+
+@functools.lru_cache(maxsize=_TEXT_CACHE)
+def _names_in(text: str) -> frozenset[str]:
+    return frozenset(normalise(w) for w, initial in _capitalised_words(text) if not initial)
+
+
 def name_vocabulary(texts: Iterable[str], entities: Iterable[str] = ()) -> frozenset[str]:
     """Normalised words that look like names in the candidate records.
 
@@ -105,7 +117,7 @@ def name_vocabulary(texts: Iterable[str], entities: Iterable[str] = ()) -> froze
     """
     vocab: set[str] = set()
     for text in texts:
-        vocab.update(normalise(w) for w, initial in _capitalised_words(text) if not initial)
+        vocab.update(_names_in(text))
     for entity in entities:
         name = entity.split(":", 1)[1] if ":" in entity else entity
         vocab.update(
@@ -145,6 +157,11 @@ class RecordTerms:
 
 
 def record_terms(text: str, entities: Sequence[str] = ()) -> RecordTerms:
+    return _record_terms(text, tuple(entities))
+
+
+@functools.lru_cache(maxsize=_TEXT_CACHE)
+def _record_terms(text: str, entities: tuple[str, ...]) -> RecordTerms:
     compound: set[str] = set()
     dates: list[tuple[str, ...]] = []
     for tok in tokens(text):
