@@ -1,6 +1,7 @@
 """The automatic "possibly relevant" memory block appended to a turn's user message (AUTO-*, PROV-01..04).
 
-Pure selection and rendering over direct hybrid hits: score floor 0.62, window 0.04, at most three lines,
+Pure selection and rendering over direct hybrid hits: score floor 0.62 (the ``auto_floor`` of the profile
+that scored the hits; 0.62 is the reference's), window 0.04, at most three lines,
 identical text once, current lines chosen first and shown oldest first (AMB-60), byte budgets (AMB-14).
 Gates: host-verified owner turns on web/TUI/ACP only (AUTO-20..22), the short-message gate (AUTO-17), and
 the same-conversation filter applied before scoring (AUTO-28, AMB-59). No word lists, no graph (AUTO-23).
@@ -25,6 +26,7 @@ from recall.guidance import (
     labelled_background,
 )
 from recall.person_card import NO_CARDS, PERSON_CARD_MAX_BYTES, PersonCards, person_cards
+from recall.profiles import scored_by
 from recall.search import Hit
 from recall.shaping import (
     CONFLICT_PREFIX,
@@ -41,7 +43,6 @@ from recall.shaping import (
 )
 from storage.limits import (
     AUTO_BLOCK_BUDGET_BYTES,
-    AUTO_BLOCK_FLOOR,
     AUTO_BLOCK_LINES,
     AUTO_BLOCK_WINDOW,
     AUTO_CONTEXT_MAX_BYTES,
@@ -204,7 +205,7 @@ def select_auto_block(
     if not pool:
         return _empty("no_hits")
     best = max(h.score for h in pool)
-    if best < AUTO_BLOCK_FLOOR - SCORE_EPSILON:
+    if best < scored_by(h.profile for h in hits).auto_floor - SCORE_EPSILON:
         return _empty("below_floor")
 
     window: list[Hit] = []

@@ -2,7 +2,8 @@
 and the automatic labelled background (GUIDE-06, GUIDE-07, GUIDE-14..GUIDE-18, AMB-16).
 
 Explicit section: only labelled preference/lesson lines among the effective query's top eight retrieved
-candidates take part; they must clear ``GUIDANCE_FLOOR`` unless the request names that ``kind``. Scope
+candidates take part; they must clear ``GUIDANCE_FLOOR`` (on a tuned profile's scale: its ``answer_floor``)
+unless the request names that ``kind``. Scope
 precedence is user, then conversation, then agent; within a scope higher scores first; at most six lines.
 
 Automatic background: see ``labelled_background``. Both readers never show scope ids (a sender or a
@@ -18,6 +19,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
+from recall.profiles import REFERENCE, scored_by
 from recall.search import Hit
 from recall.shaping import (
     SCORE_EPSILON,
@@ -29,7 +31,6 @@ from recall.shaping import (
 )
 from storage.limits import (
     AUTO_BLOCK_BUDGET_BYTES,
-    AUTO_BLOCK_FLOOR,
     AUTO_CONTEXT_MAX_BYTES,
     AUTO_LINE_MAX_BYTES,
     BACKGROUND_MEDIAN_LEAD,
@@ -55,10 +56,14 @@ def guidance_lines(
     now: datetime,
     tz: tzinfo,
     kind: str | None = None,
-    floor: float = GUIDANCE_FLOOR,
+    floor: float | None = None,
     superseded_ids: Collection[str] | None = None,
 ) -> list[str]:
-    """Lines for the section, best first; empty when nothing is eligible (GUIDE-04)."""
+    """Lines for the section, best first; empty when nothing is eligible (GUIDE-04). ``floor`` None is
+    ``GUIDANCE_FLOOR`` for reference-scale scores, else the scoring profile's ``answer_floor``."""
+    if floor is None:
+        profile = scored_by(h.profile for h in candidates)
+        floor = GUIDANCE_FLOOR if profile == REFERENCE else profile.answer_floor
     wanted = (kind,) if kind in GUIDANCE_KINDS else GUIDANCE_KINDS
     picked: list[tuple[int, float, int, str]] = []
     for rank, hit in enumerate(candidates[:GUIDANCE_WINDOW]):
@@ -90,7 +95,8 @@ def guidance_section(lines: Sequence[str]) -> str | None:
 # Selection is structural and language-neutral (no word lists, no question grammar):
 #   * candidates = the turn's direct lookup hits (hybrid only; recallable; under intentExpiry no dated or
 #     done/dropped notes), in score order; the window is the top ``GUIDANCE_WINDOW`` (8) of them;
-#   * a line *leads* when it is in that window, clears ``AUTO_BLOCK_FLOOR`` (0.62) and
+#   * a line *leads* when it is in that window, clears ``AUTO_BLOCK_FLOOR`` (0.62; on a tuned profile's
+#     scale its ``auto_floor``) and
 #     ``score - median(window scores) >= BACKGROUND_MEDIAN_LEAD`` (0.05) (AMB-16);
 #   * it must carry a ``preference`` or *verified* ``lesson`` label in one of the turn's scopes: ``agent``,
 #     the verified owner's own ``user:<sender>``, or this logical conversation's ``conversation:<id>``;
@@ -165,6 +171,7 @@ def _entries(
     window: Sequence[Hit],
     median: float,
     *,
+    floor: float,
     now: datetime,
     tz: tzinfo,
     owner_sender: str | None,
@@ -175,7 +182,7 @@ def _entries(
     out: list[_Entry] = []
     seen_text: set[str] = set()
     for rank, hit in enumerate(window):
-        if hit.score < AUTO_BLOCK_FLOOR - SCORE_EPSILON:
+        if hit.score < floor - SCORE_EPSILON:
             continue
         info = currentness(hit, now=now, tz=tz, superseded_ids=superseded_ids, intent_expiry=intent_expiry)
         if info.state != "current":
@@ -264,6 +271,7 @@ def labelled_background(
     entries = _entries(
         window,
         median,
+        floor=scored_by(h.profile for h in hits).auto_floor,
         now=now,
         tz=tz,
         owner_sender=owner_sender,

@@ -12,11 +12,14 @@ watermark): it never adds or removes rows, so profile choice never changes which
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from storage.limits import (
+    AUTO_BLOCK_FLOOR,
+    DELIBERATE_FLOOR,
     DELIBERATE_SUPERSET,
     NAME_ANCHOR_BONUS,
     NUMERIC_ANCHOR_BONUS,
@@ -59,6 +62,13 @@ class RecallProfile(BaseModel):
     # The same at distance 2 (seq ± 2): in a dialogue the answer is often two lines from the line that
     # matches the question (question, the other speaker's reply, the answer).
     neighbour2_weight: float = Field(default=0.0, ge=0.0)
+    # Evidence floors on this profile's score scale (the reference ones are cosine-scale, LIM-35/LIM-38).
+    # ``answer_floor``: below it the best hit gets "Insufficient evidence" and the tail cut drops hits
+    # under it (REC-34..REC-40), and explicit guidance lines must clear it (AMB-15); ``auto_floor``: the
+    # automatic block and labelled background need it (AUTO-*, AMB-16). Measured with
+    # bench/locomo_floors.py; the tail-cut margin and the automatic window are shared.
+    answer_floor: float = DELIBERATE_FLOOR
+    auto_floor: float = AUTO_BLOCK_FLOOR
 
     def neighbour_weights(self) -> tuple[float, ...]:
         """Neighbour-context weights by distance (1, 2, …) for ``scoring.with_neighbours``; trailing
@@ -103,12 +113,28 @@ TUNED = RecallProfile(
     temporal_bonus=0.02,
     neighbour_weight=0.4,
     neighbour2_weight=0.2,
+    # LoCoMo, each question vs its own conversation (answerable) and vs the next one (unanswerable),
+    # bench/locomo_floors.py: the highest floors whose balanced accuracy is at least the reference
+    # floors' with the reference scoring on MiniLM (0.805 at 0.65, 0.866 at 0.62). Answer 1.00: 63.8% of
+    # answerable / 1.1% of unanswerable clear; automatic 0.98: 79.9% / 3.4%.
+    answer_floor=1.0,
+    auto_floor=0.98,
 )
 # The same levers calibrated for the MiniLM embedder (wider cosine spread → larger lexical weight).
 # LoCoMo dev recall_any@5 0.711 vs 0.517 for the reference scoring with MiniLM; chosen on the same split,
 # re-tuning the weights on four conversations and scoring the fifth gives 0.707 (README, held-out rows).
+# Floors by the same rule (bench/locomo_floors.py): answer 0.98 — 62.8% of answerable / 0.9% of
+# unanswerable queries clear it (reference on MiniLM at 0.65: 61.4% / 0.4%); automatic 0.93 — 75.7% /
+# 1.8% (reference at 0.62: 73.8% / 0.7%). The reference floors 0.65 / 0.62 on this scale let 37% / 44%
+# of unanswerable queries through.
 TUNED_MINILM = TUNED.model_copy(
-    update={"name": "tuned-minilm", "embedder": MINILM_EMBEDDER, "lexical_weight": 0.3}
+    update={
+        "name": "tuned-minilm",
+        "embedder": MINILM_EMBEDDER,
+        "lexical_weight": 0.3,
+        "answer_floor": 0.98,
+        "auto_floor": 0.93,
+    }
 )
 
 BM25_ONLY = RecallProfile(name="bm25-only", ranker="bm25")
@@ -122,6 +148,14 @@ DEFAULT_PROFILES: dict[str, RecallProfile] = {MINILM_EMBEDDER: TUNED_MINILM, E5_
 DEFAULT_PROFILE = DEFAULT_PROFILES[MINILM_EMBEDDER]
 
 PROFILES = {p.name: p for p in (REFERENCE, TUNED, TUNED_MINILM, BM25_ONLY, VECTOR_ONLY)}
+
+
+def scored_by(profiles: Iterable[RecallProfile | None]) -> RecallProfile:
+    """The profile whose floors apply to a hit list, given each hit's ``Hit.profile``: the one profile
+    that scored them (hits without one — graph-derived, hand-made — are ignored), else ``REFERENCE``
+    (none known, or several different ones)."""
+    found = {p for p in profiles if p is not None}
+    return found.pop() if len(found) == 1 else REFERENCE
 
 
 def embedder_key(identity: object | None) -> str | None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from recall import scoring
 from recall.profiles import RecallProfile
@@ -41,6 +41,9 @@ class Hit(BaseModel):
     attr: str | None = None
     insight: bool = False
     path: str | None = None
+    # The profile that produced ``score`` (hybrid rankings only): the shaping floors follow its scale
+    # (``recall.profiles.scored_by``). Never serialised; None (hand-made, graph-derived, lexical) = reference.
+    profile: RecallProfile | None = Field(default=None, exclude=True, repr=False)
 
 
 @dataclass
@@ -59,7 +62,7 @@ class Candidate:
     terms: scoring.RecordTerms | None = field(default=None, repr=False)
 
 
-def _hit(c: Candidate, score: float, mode: Mode) -> Hit:
+def _hit(c: Candidate, score: float, mode: Mode, profile: RecallProfile | None = None) -> Hit:
     r = c.row
     return Hit(
         id=c.id,
@@ -83,6 +86,7 @@ def _hit(c: Candidate, score: float, mode: Mode) -> Hit:
         attr=r.get("attr"),  # type: ignore[arg-type]
         insight=bool(r.get("insight") or False),
         path=r.get("path"),  # type: ignore[arg-type]
+        profile=profile,
     )
 
 
@@ -92,7 +96,9 @@ def _terms(c: Candidate) -> scoring.RecordTerms:
     return c.terms
 
 
-def rank_hybrid(query: str, candidates: Sequence[Candidate], *, limit: int) -> list[Hit]:
+def rank_hybrid(
+    query: str, candidates: Sequence[Candidate], *, limit: int, profile: RecallProfile | None = None
+) -> list[Hit]:
     """Embedding-first scoring of every candidate from either retriever (REC-24)."""
     vocabulary = scoring.name_vocabulary(
         (c.text for c in candidates), (e for c in candidates for e in c.entities)
@@ -115,7 +121,7 @@ def rank_hybrid(query: str, candidates: Sequence[Candidate], *, limit: int) -> l
         for c in candidates
     ]
     scored.sort(key=lambda sc: (-sc[0], sc[1].id))
-    return [_hit(c, s, "hybrid") for s, c in scored[:limit]]
+    return [_hit(c, s, "hybrid", profile) for s, c in scored[:limit]]
 
 
 def rank_lexical(query: str, candidates: Sequence[Candidate], *, limit: int) -> list[Hit]:
@@ -171,7 +177,7 @@ def rank_tuned(
     if profile.neighbour_weights():
         scored = scoring.with_neighbours(scored, profile.neighbour_weights())
     scored.sort(key=lambda sc: (-sc[0], sc[1].id))
-    return [_hit(c, s, "hybrid") for s, c in scored[:limit]]
+    return [_hit(c, s, "hybrid", profile) for s, c in scored[:limit]]
 
 
 def rank_single(
@@ -197,7 +203,7 @@ def rank(
             return rank_single(candidates, limit=limit, retriever="bm25")
         return rank_lexical(query, candidates, limit=limit)
     if profile.ranker == "reference":
-        return rank_hybrid(query, candidates, limit=limit)
+        return rank_hybrid(query, candidates, limit=limit, profile=profile)
     if profile.ranker in ("bm25", "vector"):
         return rank_single(candidates, limit=limit, retriever=profile.ranker)
     return rank_tuned(query, candidates, limit=limit, profile=profile)

@@ -20,6 +20,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from recall.profiles import scored_by
 from recall.search import Hit
 from storage.limits import CONFLICT_CHECK_DEPTH, DELIBERATE_FLOOR, TAIL_MARGIN
 
@@ -256,6 +257,11 @@ def conflict_note(conflicts: Sequence[Conflict]) -> str:
     )
 
 
+def answer_floor(hits: Iterable[Hit]) -> float:
+    """The answer floor on the scale of the profile that scored ``hits`` (reference: DELIBERATE_FLOOR)."""
+    return scored_by(h.profile for h in hits).answer_floor
+
+
 def insufficient_note(floor: float = DELIBERATE_FLOOR) -> str:
     return (
         f"{INSUFFICIENT_PREFIX} the best match scores below {floor:.3f}; these hits may be unrelated "
@@ -321,7 +327,7 @@ def shape_hits(
     original_query: bool = False,
     superseded_ids: Collection[str] | None = None,
     intent_expiry: bool = False,
-    floor: float = DELIBERATE_FLOOR,
+    floor: float | None = None,
     margin: float = TAIL_MARGIN,
 ) -> Shaped:
     """Shape the deliberate superset (REC-33) into at most ``limit`` delivered hits.
@@ -329,6 +335,7 @@ def shape_hits(
     Hybrid: conflicts on the top ``CONFLICT_CHECK_DEPTH`` before the cut (REC-39), tail cut unless in
     original-query mode (REC-13), then the insufficient-evidence note below the floor (REC-40).
     Lexical-only or mode-less results keep their previous shape: no cut, notes or currentness (REC-42).
+    ``floor`` None is the ``answer_floor`` of the profile that scored the hits (``answer_floor``).
     """
     live = [h for h in hits if is_recallable(h, superseded_ids)]
     hybrid = bool(live) and all(h.mode == "hybrid" for h in live)
@@ -344,6 +351,8 @@ def shape_hits(
         intent_expiry=intent_expiry,
     )
     best = max(h.score for h in live)
+    if floor is None:
+        floor = answer_floor(live)
     kept = list(live) if original_query else tail_cut(live, margin=margin, floor=floor)
     delivered = [
         to_recall_hit(

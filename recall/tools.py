@@ -23,6 +23,7 @@ from recall.shaping import (
     Evidence,
     RecallHit,
     SearchBackend,
+    answer_floor,
     currentness,
     is_recallable,
     render_shaped,
@@ -142,6 +143,7 @@ def memory_recall(
         except Exception:  # any backend failure: an explicit degraded result, never a raw error
             return RecallResult(hits=[], degraded=True, text=DEGRADED_TEXT)
 
+    floor = answer_floor(hits)  # on the scale of the profile that scored the hits
     shaped = shape_hits(
         hits,
         now=now,
@@ -150,6 +152,7 @@ def memory_recall(
         original_query=use_original_query,
         superseded_ids=superseded_ids,
         intent_expiry=intent_expiry,
+        floor=floor,
     )
     if graph is not None and shaped.mode == "hybrid" and shaped.hits:
         final = expand_hits(
@@ -159,6 +162,7 @@ def memory_recall(
             pool=hits,
             original_query=use_original_query,
             superseded_ids=superseded_ids,
+            floor=floor,
         )
         shaped = replace(
             shaped,

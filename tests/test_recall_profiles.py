@@ -311,6 +311,9 @@ def test_minilm_index_defaults_to_tuned_minilm(tmp_path: Path, minilm: LocalMini
     assert plain == [(h.id, h.score) for h in idx.search(query, limit=5, profile=TUNED_MINILM)]
     assert plain != [(h.id, h.score) for h in idx.search(query, limit=5, profile=REFERENCE)]
     assert plain[0][0] == "bike"
+    # Hits name the profile that scored them, so shaping applies its floors (test_profile_floors.py).
+    assert {h.profile for h in idx.search(query, limit=5)} == {TUNED_MINILM}
+    assert {h.profile for h in idx.search(query, limit=5, profile="reference")} == {REFERENCE}
 
 
 def test_profile_choice_never_changes_which_rows_exist(tmp_path: Path, minilm: LocalMiniLMEmbedder) -> None:

@@ -1,0 +1,216 @@
+"""Evidence floors follow the recall profile that scored the hits (bench/locomo_floors.py)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recall.auto_block import TurnGate, automatic_lookup, select_auto_block
+from recall.guidance import GUIDANCE_FLOOR, guidance_lines, labelled_background
+from recall.index import MemoryIndex
+from recall.profiles import PROFILES, REFERENCE, TUNED, TUNED_MINILM, RecallProfile, scored_by
+from recall.search import Candidate, Hit, rank
+from recall.shaping import INSUFFICIENT_PREFIX, answer_floor, shape_hits
+from recall.tools import memory_recall
+from storage.limits import AUTO_BLOCK_FLOOR, DELIBERATE_FLOOR
+from storage.markdown import Bullet, append_bullets
+
+NOW = datetime(2026, 7, 10, 12, 0, tzinfo=UTC)
+OWNER = TurnGate(verified_owner=True, surface="web")
+QUESTION = "What does Morgan like to drink these days?"
+_N = 0
+
+
+def hit(score: float, profile: RecallProfile | None, text: str | None = None, **kw: Any) -> Hit:
+    global _N
+    _N += 1
+    data: dict[str, Any] = {
+        "id": f"f{_N:04d}",
+        "text": text or f"memory line {_N}",
+        "day": "2026-05-01",
+        "recorded": "2026-05-01T10:00:00.000Z",
+        "type": "note",
+        "status": "open",
+        "score": score,
+        "mode": "hybrid",
+        "source_session": "web:other-thread-99",
+        "profile": profile,
+    }
+    data.update(kw)
+    return Hit(**data)
+
+
+class Backend:
+    def __init__(self, hits: list[Hit]) -> None:
+        self.hits = hits
+
+    def search(self, query: str, *, limit: int = 8) -> list[Hit]:
+        return self.hits[:limit]
+
+
+def test_reference_floors_are_exactly_the_spec_constants() -> None:
+    assert (REFERENCE.answer_floor, REFERENCE.auto_floor) == (0.65, 0.62)
+    assert (DELIBERATE_FLOOR, AUTO_BLOCK_FLOOR, GUIDANCE_FLOOR) == (0.65, 0.62, 0.65)
+
+
+def test_tuned_floors_are_on_their_own_scale() -> None:
+    assert (TUNED_MINILM.answer_floor, TUNED_MINILM.auto_floor) == (0.98, 0.93)
+    assert (TUNED.answer_floor, TUNED.auto_floor) == (1.0, 0.98)
+    for p in (TUNED, TUNED_MINILM):
+        assert p.auto_floor < p.answer_floor  # as the reference: the block is the looser of the two
+        assert p.answer_floor > REFERENCE.answer_floor
+
+
+def test_scored_by() -> None:
+    assert scored_by([]) is REFERENCE
+    assert scored_by([None, None]) is REFERENCE
+    assert scored_by([TUNED_MINILM, None, TUNED_MINILM]) == TUNED_MINILM  # graph lines carry none
+    assert scored_by([TUNED, TUNED_MINILM]) is REFERENCE  # mixed scales: the reference contract
+    assert answer_floor([hit(0.9, TUNED_MINILM)]) == 0.98
+    assert answer_floor([hit(0.9, None)]) == 0.65
+
+
+def test_rank_stamps_the_profile_on_hybrid_hits_only() -> None:
+    cands = [
+        Candidate(
+            id="a",
+            text="green tea every morning",
+            row={"day": "2026-05-01"},
+            cosine=0.8,
+            bm25_rank=1,
+            bm25_score=2.0,
+            vector_rank=1,
+        ),
+        Candidate(id="b", text="coffee after lunch", row={"day": "2026-05-01"}, cosine=0.6, vector_rank=2),
+    ]
+    for profile in (REFERENCE, TUNED_MINILM):
+        assert {h.profile for h in rank("tea", cands, limit=5, profile=profile, hybrid=True)} == {profile}
+    assert {h.profile for h in rank("tea", cands, limit=5, profile=TUNED, hybrid=False)} == {None}
+    # Never serialised (CLI JSON output unchanged).
+    got = rank("tea", cands, limit=1, profile=TUNED_MINILM, hybrid=True)[0]
+    assert "profile" not in got.model_dump()
+
+
+@pytest.mark.parametrize(
+    ("score", "tuned_note", "reference_note"), [(0.80, True, False), (0.99, False, False)]
+)
+def test_insufficient_note_uses_the_tuned_answer_floor(
+    score: float, tuned_note: bool, reference_note: bool
+) -> None:
+    """0.80 clears the reference's 0.65 but not tuned-minilm's 0.98: the same number is no answer on
+    the tuned scale."""
+    for profile, expected in (
+        (TUNED_MINILM, tuned_note),
+        (None, reference_note),
+        (REFERENCE, reference_note),
+    ):
+        shaped = shape_hits([hit(score, profile)], now=NOW, tz=UTC, limit=8)
+        assert (shaped.evidence == "insufficient") is expected
+        assert any(n.startswith(INSUFFICIENT_PREFIX) for n in shaped.notes) is expected
+    shaped = shape_hits([hit(0.80, TUNED_MINILM)], now=NOW, tz=UTC, limit=8)
+    assert "below 0.980" in shaped.notes[0]
+
+
+def test_tail_cut_floor_follows_the_profile() -> None:
+    """Best clears the tuned floor: tuned hits below 0.98 are cut, within the 0.15 margin as before."""
+    tuned = [hit(1.05, TUNED_MINILM), hit(0.99, TUNED_MINILM), hit(0.95, TUNED_MINILM)]
+    assert [h.score for h in shape_hits(tuned, now=NOW, tz=UTC, limit=8).hits] == [1.05, 0.99]
+    ref = [hit(1.05, REFERENCE), hit(0.99, REFERENCE), hit(0.95, REFERENCE)]
+    assert [h.score for h in shape_hits(ref, now=NOW, tz=UTC, limit=8).hits] == [1.05, 0.99, 0.95]
+
+
+def test_memory_recall_text_carries_the_tuned_note() -> None:
+    got = memory_recall(
+        Backend([hit(0.80, TUNED_MINILM, "Morgan drinks green tea.")]), query="drink", now=NOW, tz=UTC
+    )
+    assert got.evidence == "insufficient"
+    assert got.text.startswith(INSUFFICIENT_PREFIX)
+    same = memory_recall(
+        Backend([hit(0.80, None, "Morgan drinks green tea.")]), query="drink", now=NOW, tz=UTC
+    )
+    assert same.evidence is None and not same.text.startswith(INSUFFICIENT_PREFIX)
+
+
+@pytest.mark.parametrize(
+    ("score", "profile", "shown"),
+    [
+        (0.90, TUNED_MINILM, False),  # clears 0.62, not 0.93
+        (0.93, TUNED_MINILM, True),
+        (0.90, REFERENCE, True),
+        (0.90, None, True),
+        (0.97, TUNED, False),  # e5 tuned: 0.98
+        (0.98, TUNED, True),
+    ],
+)
+def test_auto_block_uses_the_profile_auto_floor(
+    score: float, profile: RecallProfile | None, shown: bool
+) -> None:
+    b = select_auto_block(
+        [hit(score, profile, "Morgan prefers green tea.")], now=NOW, tz=UTC, gate=OWNER, owner_text=QUESTION
+    )
+    assert bool(b.text) is shown
+    assert b.suppressed == (None if shown else "below_floor")
+    lookup = automatic_lookup(
+        Backend([hit(score, profile, "Morgan prefers green tea.")]), QUESTION, now=NOW, tz=UTC, gate=OWNER
+    )
+    assert bool(lookup.block.text) is shown
+
+
+def _labelled(score: float, profile: RecallProfile | None) -> Hit:
+    label = {
+        "kind": "preference",
+        "scope": "agent",
+        "key": "preference:answer_length",
+        "value": "brief",
+        "attribution": "owner",
+    }
+    return hit(score, profile, "Keep answers brief.", type="preference", labels=json.dumps([label]))
+
+
+@pytest.mark.parametrize(
+    ("score", "profile", "shown"),
+    [(0.90, TUNED_MINILM, False), (0.95, TUNED_MINILM, True), (0.90, REFERENCE, True)],
+)
+def test_labelled_background_uses_the_profile_auto_floor(
+    score: float, profile: RecallProfile | None, shown: bool
+) -> None:
+    fillers = [hit(0.10, profile, f"filler {i}") for i in range(7)]
+    got = labelled_background([_labelled(score, profile), *fillers], now=NOW, tz=UTC)
+    assert bool(got.text) is shown
+
+
+@pytest.mark.parametrize(
+    ("score", "profile", "shown"),
+    [(0.95, TUNED_MINILM, False), (0.98, TUNED_MINILM, True), (0.70, REFERENCE, True), (0.64, None, False)],
+)
+def test_guidance_section_uses_the_profile_answer_floor(
+    score: float, profile: RecallProfile | None, shown: bool
+) -> None:
+    assert bool(guidance_lines([_labelled(score, profile)], now=NOW, tz=UTC)) is shown
+
+
+def test_index_search_hits_carry_the_resolved_profile(tmp_path: Path) -> None:
+    """Lite (no embedder) is lexical: no profile stamp, so no floors apply (REC-42)."""
+    day = "2026-05-01"
+    bullet = Bullet(
+        signifier="–",
+        text="Morgan prefers green tea.",
+        id="t1",
+        type="note",
+        status="open",
+        recorded=f"{day}T10:00:00.000Z",
+    )
+    append_bullets(tmp_path / "daily" / f"{day}.md", day, [bullet])
+    idx = MemoryIndex(tmp_path, None)
+    idx.rebuild()
+    hits = idx.search("green tea", limit=5)
+    assert hits and all(h.profile is None and h.mode == "lexical" for h in hits)
+
+
+def test_every_registered_profile_has_floors() -> None:
+    for p in PROFILES.values():
+        assert 0 < p.auto_floor <= p.answer_floor
