@@ -911,7 +911,7 @@ class MemoryIndex:
             snapshot = _vector_snapshot(gen_dir, table, query_vec.shape[0])
             top = snapshot.top(query_vec, pool)
             ids = [snapshot.ids[i] for i in top]
-            vecs = snapshot.buf[top]
+            vecs = snapshot.vectors(top)
             cos = vecs @ query_vec if len(ids) else np.zeros(0, np.float32)
             order = sorted(range(len(ids)), key=lambda i: (-float(cos[i]), ids[i]))
             for rank, i in enumerate(order, start=1):
@@ -973,7 +973,7 @@ class MemoryIndex:
         assert snapshot is not None
         for c in candidates:
             if c.id not in stored_vectors and (row := snapshot.row_of.get(c.id)) is not None:
-                stored_vectors[c.id] = snapshot.buf[row]
+                stored_vectors[c.id] = snapshot.vectors(np.array([row]))[0]
         for c in candidates:
             if c.cosine is None and c.id in stored_vectors:
                 c.cosine = float(stored_vectors[c.id] @ query_vec)
@@ -981,30 +981,44 @@ class MemoryIndex:
 
 
 class _VectorSnapshot:
-    """All (id, vector) rows of one LanceDB table version, as rows ``[:n]`` of a float32 buffer.
-
-    A buffer is shared by the snapshots patched from one another (each reads only its own ``n`` rows
-    and skips its own ``dead`` rows), so this process's upsert costs O(changed rows), not a copy."""
+    """All (id, vector) rows of one LanceDB table version: the loaded matrix plus rows this process's
+    own upserts appended, with the rows they replaced or removed marked ``dead``."""
 
     def __init__(
         self,
         version: tuple[int, ...],
         ids: list[str],
-        buf: np.ndarray,
-        n: int,
+        base: np.ndarray,
+        tail: np.ndarray | None = None,
+        n_tail: int = 0,
         row_of: dict[str, int] | None = None,
         dead: frozenset[int] = frozenset(),
     ) -> None:
         self.version = version
         self.ids = ids
-        self.buf = buf
-        self.n = n
+        # Rows [0, len(base)) live in ``base`` (as loaded, possibly read-only Arrow memory, never copied:
+        # 150 MB at 100k rows); rows appended by this process's upserts follow in ``tail``.
+        self.base = base
+        self.tail = tail if tail is not None else np.zeros((0, base.shape[1]), np.float32)
+        self.n_tail = n_tail
+        self.n = len(base) + n_tail
         self.row_of = row_of if row_of is not None else {rid: i for i, rid in enumerate(ids)}
         self.dead = dead
 
     @classmethod
     def load(cls, version: tuple[int, ...], ids: list[str], matrix: np.ndarray) -> _VectorSnapshot:
-        return cls(version, ids, np.ascontiguousarray(matrix, dtype=np.float32), len(ids))
+        return cls(version, ids, np.ascontiguousarray(matrix, dtype=np.float32))
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        n_base = len(self.base)
+        if not self.n_tail or (len(rows) and int(rows.max()) < n_base):
+            return self.base[rows]
+        out = np.empty((len(rows), self.base.shape[1]), np.float32)
+        in_base = rows < n_base
+        out[in_base] = self.base[rows[in_base]]
+        out[~in_base] = self.tail[rows[~in_base] - n_base]
+        return out
 
     def top(self, query_vec: np.ndarray, k: int) -> np.ndarray:
         k = min(k, self.n - len(self.dead))
@@ -1012,7 +1026,9 @@ class _VectorSnapshot:
             return np.zeros(0, np.int64)
         if k == self.n:
             return np.arange(self.n)
-        scores = self.buf[: self.n] @ query_vec
+        scores = self.base @ query_vec
+        if self.n_tail:
+            scores = np.concatenate([scores, self.tail[: self.n_tail] @ query_vec])
         if self.dead:
             scores[np.fromiter(self.dead, np.int64)] = -np.inf
         return np.argpartition(-scores, k - 1)[:k]
@@ -1020,21 +1036,23 @@ class _VectorSnapshot:
     def patched(
         self, version: tuple[int, ...], dropped: set[str], ids: list[str], vectors: np.ndarray
     ) -> _VectorSnapshot:
+        """Shares ``base`` and the ``tail`` buffer (each snapshot reads only its own ``n_tail`` rows), so
+        this process's upsert costs O(changed rows) plus the id maps, never a copy of the matrix."""
         dead = set(self.dead)
         row_of = dict(self.row_of)
         for rid in dropped:
             row = row_of.pop(rid, None)
             if row is not None:
                 dead.add(row)
-        n = self.n + len(ids)
-        buf = self.buf
-        if n > len(buf) or not buf.flags.writeable:  # Arrow-backed after a load: copy once, with room
-            buf = np.empty((max(n, len(buf) + len(buf) // 4 + 64), buf.shape[1]), np.float32)
-            buf[: self.n] = self.buf[: self.n]
-        buf[self.n : n] = vectors
+        n_tail = self.n_tail + len(ids)
+        tail = self.tail
+        if n_tail > len(tail):
+            tail = np.empty((max(n_tail, 2 * len(tail) + 64), self.base.shape[1]), np.float32)
+            tail[: self.n_tail] = self.tail[: self.n_tail]
+        tail[self.n_tail : n_tail] = vectors
         for offset, rid in enumerate(ids):
             row_of[rid] = self.n + offset
-        return _VectorSnapshot(version, self.ids + ids, buf, n, row_of, frozenset(dead))
+        return _VectorSnapshot(version, self.ids + ids, self.base, tail, n_tail, row_of, frozenset(dead))
 
 
 _VECTOR_SNAPSHOTS: dict[str, _VectorSnapshot] = {}  # generation dir → latest snapshot seen here
@@ -1094,7 +1112,7 @@ def _patch_vector_snapshot(
     fresh = np.asarray(vectors, dtype=np.float32)
     with _VECTOR_LOCK:
         snap = _VECTOR_SNAPSHOTS.get(key)
-        if snap is None or snap.version != before or fresh.shape != (len(ids), snap.buf.shape[1]):
+        if snap is None or snap.version != before or fresh.shape != (len(ids), snap.base.shape[1]):
             _VECTOR_SNAPSHOTS.pop(key, None)
             return
         _VECTOR_SNAPSHOTS[key] = snap.patched(after, dropped, ids, fresh)

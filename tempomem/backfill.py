@@ -381,13 +381,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         if args.no_wait:
             return None
         async with _maybe_worker(client, store, enabled=args.worker) as worker:
-            if worker is None and not await worker_polling(client, store.task_queue):
-                print(
-                    "note: no worker polls this store's task queue; "
-                    "start `tempomem worker` (or pass --worker)",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            if worker is None:
+                await note_missing_worker(client, store)
             bar = ProgressBar()
             follow = asyncio.ensure_future(follow_backfill(client, handle.id, on_progress=bar.update))
             try:
@@ -438,6 +433,16 @@ async def _maybe_worker(client: Client, store: MemoryStore, *, enabled: bool):  
         if not task.done() or not task.cancelled():
             with contextlib.suppress(Exception):
                 await task
+
+
+async def note_missing_worker(client: Client, store: MemoryStore) -> None:
+    """Say so on stderr when no worker polls the store's task queue: the command would wait forever."""
+    if not await worker_polling(client, store.task_queue):
+        print(
+            "note: no worker polls this store's task queue; start `tempomem worker` (or pass --worker)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _as_json(p: BackfillProgress) -> dict[str, Any]:

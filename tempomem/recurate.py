@@ -168,7 +168,7 @@ def add_recurate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_recurate(args: argparse.Namespace) -> int:
-    from tempomem.backfill import _maybe_worker, worker_polling
+    from tempomem.backfill import _maybe_worker, note_missing_worker
     from tempomem.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, _connect, _store
 
     store = _store(args)
@@ -190,13 +190,8 @@ def cmd_recurate(args: argparse.Namespace) -> int:
         handle = await start_recurate(client, store, req)
         print(f"recurate {handle.id} on task queue {store.task_queue}", file=sys.stderr, flush=True)
         async with _maybe_worker(client, store, enabled=args.worker) as worker:
-            if worker is None and not await worker_polling(client, store.task_queue):
-                print(
-                    "note: no worker polls this store's task queue; "
-                    "start `tempomem worker` (or pass --worker)",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            if worker is None:
+                await note_missing_worker(client, store)
             return await handle.result()
 
     from temporalio.client import WorkflowFailureError

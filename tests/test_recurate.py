@@ -423,7 +423,11 @@ async def test_recurate_resumes_after_the_worker_stops_mid_run(client: Client, t
     model.push(echo_model, echo_model, Delay(3, then=echo_model), *[echo_model] * 6)
     handle = await start_recurate(client, store, make_request(store, since=DAY1, run_id="res1"))
     async with running_worker(client, store):
-        await wait_until(lambda: _state(store, derived[0]) is RecordState.RESOLVED)
+        # The first child resolved and the second record is admitted, its extraction still in flight.
+        await wait_until(
+            lambda: _state(store, derived[0]) is RecordState.RESOLVED
+            and _state(store, derived[1]) is RecordState.PENDING
+        )
     assert _state(store, derived[1]) is RecordState.PENDING  # stopped mid-run
 
     async with running_worker(client, store):
