@@ -5,7 +5,8 @@ safe: DuckDB takes a shared file lock for a read-only connection and an exclusiv
 while a cached connection is open nobody can change the file under it; and it cannot block a writer for
 long, because
 
-* a cached connection is closed once it has been idle for ``IDLE_SECONDS`` (a daemon timer);
+* a cached connection is closed once it has been idle for ``IDLE_SECONDS``, or within ``POLL_SECONDS``
+  once a writer of another process announces on ``.want`` that it waits for the file (a poller thread);
 * ``MemoryIndex`` takes a cached connection only after the ``.gate`` turnstile let it pass without
   waiting. A writer holds ``.gate`` exclusively while it waits for the DuckDB lock, so a reader that
   finds the gate taken first closes its cached connections (``drop``) and only then waits;
@@ -38,8 +39,10 @@ from pathlib import Path
 
 import duckdb
 
-IDLE_SECONDS = 0.25
-ANCHOR_IDLE_SECONDS = 1.0
+# Long idles are safe because a process that waits for the file says so on ``.want`` and the poller lets
+# go within POLL_SECONDS; they keep a worker's or an agent host's index warm between turns.
+IDLE_SECONDS = 10.0
+ANCHOR_IDLE_SECONDS = 10.0
 POLL_SECONDS = 0.05
 WANT_NAME = ".want"
 
@@ -49,6 +52,7 @@ class _Entry:
     con: duckdb.DuckDBPyConnection
     identity: tuple[int, ...]
     last_used: float
+    want: Path
     in_use: bool = False
 
 
@@ -125,26 +129,12 @@ def release(db: Path, con: duckdb.DuckDBPyConnection) -> None:
             entry.last_used = time.monotonic()
             keep = True
         elif entry is None and ident is not None:
-            _ENTRIES[key] = _Entry(con, ident, time.monotonic())
+            # ``<index>/gen-N/fts.duckdb`` → ``<index>/.want``
+            _ENTRIES[key] = _Entry(con, ident, time.monotonic(), Path(db).parent.parent / WANT_NAME)
             keep = True
+        if keep:
+            _ensure_poller()
     if not keep:
-        con.close()
-        return
-    timer = threading.Timer(IDLE_SECONDS, _close_idle)
-    timer.daemon = True
-    timer.start()
-
-
-def _close_idle() -> None:
-    now = time.monotonic()
-    closing = []
-    with _LOCK:
-        if os.getpid() != _PID:
-            return
-        for key, entry in list(_ENTRIES.items()):
-            if not entry.in_use and now - entry.last_used >= IDLE_SECONDS * 0.9:
-                closing.append(_ENTRIES.pop(key).con)
-    for con in closing:
         con.close()
 
 
@@ -225,15 +215,21 @@ def keep_anchor(db: Path, con: duckdb.DuckDBPyConnection, config: dict[str, obje
         _forget_after_fork()
         old = _ANCHORS.pop(key, None)
         _ANCHORS[key] = _Anchor(con, dict(config), want, time.monotonic())
-        if _POLLER is None or not _POLLER.is_alive():
-            _POLLER = threading.Thread(target=_poll_anchors, name="duckdb-anchors", daemon=True)
-            _POLLER.start()
+        _ensure_poller()
     if old is not None and old.con is not con:
         old.con.close()
 
 
-def _poll_anchors() -> None:
-    """Close anchors that are idle or wanted by another process; ends when none is left."""
+def _ensure_poller() -> None:
+    """Start the poller if it is not running (caller holds ``_LOCK``)."""
+    global _POLLER
+    if _POLLER is None or not _POLLER.is_alive():
+        _POLLER = threading.Thread(target=_poll, name="duckdb-connections", daemon=True)
+        _POLLER.start()
+
+
+def _poll() -> None:
+    """Close kept connections that are idle or wanted by another process; ends when none is left."""
     global _POLLER
     while True:
         time.sleep(POLL_SECONDS)
@@ -245,7 +241,10 @@ def _poll_anchors() -> None:
             for key, anchor in list(_ANCHORS.items()):
                 if now - anchor.last_used >= ANCHOR_IDLE_SECONDS or _wanted(anchor.want):
                     closing.append(_ANCHORS.pop(key).con)
-            done = not _ANCHORS
+            for key, entry in list(_ENTRIES.items()):
+                if not entry.in_use and (now - entry.last_used >= IDLE_SECONDS or _wanted(entry.want)):
+                    closing.append(_ENTRIES.pop(key).con)
+            done = not _ANCHORS and not _ENTRIES
             if done:
                 _POLLER = None
         for con in closing:
