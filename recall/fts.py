@@ -18,13 +18,13 @@ the watermark ``meta.fts_seq`` can move in the same transaction as the rows: no 
 from __future__ import annotations
 
 import math
-import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
+
+from recall.state_cache import StateCache
 
 SCHEMA = "fts_main_memories"
 
@@ -304,33 +304,15 @@ class Bm25Snapshot:
         return [(name, -neg) for neg, name in ranked[:pool]]
 
 
-_SNAPSHOTS: dict[str, tuple[tuple[object, ...], Bm25Snapshot]] = {}
-_SNAPSHOT_LOCK = threading.Lock()
+_SNAPSHOTS: StateCache[Bm25Snapshot] = StateCache()
 
 
 def snapshot(db: str, key: tuple[object, ...], con: duckdb.DuckDBPyConnection) -> Bm25Snapshot:
     """The cached snapshot of ``db`` for state ``key`` (build it from ``con`` when the state moved)."""
-    with _SNAPSHOT_LOCK:
-        cached = _SNAPSHOTS.get(db)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-    snap = Bm25Snapshot(con)
-    with _SNAPSHOT_LOCK:
-        parent = os.path.dirname(os.path.dirname(db))
-        for other in [k for k in _SNAPSHOTS if os.path.dirname(os.path.dirname(k)) == parent]:
-            del _SNAPSHOTS[other]  # one generation per index folder
-        _SNAPSHOTS[db] = (key, snap)
-    return snap
+    return _SNAPSHOTS.get(db, key, lambda: Bm25Snapshot(con))
 
 
 def patch_snapshot(db: str, before: tuple[object, ...], after: tuple[object, ...], delta: FtsDelta) -> None:
     """After this process's own committed write of ``db``: move a cached snapshot of state ``before`` to
     state ``after`` in memory (or forget it), so the next search does not reload every posting."""
-    with _SNAPSHOT_LOCK:
-        cached = _SNAPSHOTS.pop(db, None)
-    if cached is None or cached[0] != before:
-        return
-    snap = cached[1].patched(delta)
-    if snap is not None:
-        with _SNAPSHOT_LOCK:
-            _SNAPSHOTS.setdefault(db, (after, snap))
+    _SNAPSHOTS.patch(db, before, after, lambda snap: snap.patched(delta))

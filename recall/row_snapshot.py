@@ -10,13 +10,13 @@ go into an overlay and removed ids are masked.
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Iterable, Sequence
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from recall.state_cache import StateCache
 
 Row = tuple[object, ...]
 
@@ -68,32 +68,18 @@ class RowSnapshot:
         return new
 
 
-_SNAPSHOTS: dict[str, tuple[tuple[object, ...], RowSnapshot]] = {}
-_LOCK = threading.Lock()
+_SNAPSHOTS: StateCache[RowSnapshot] = StateCache()
 
 
 def snapshot(
     db: str, key: tuple[object, ...], con: duckdb.DuckDBPyConnection, columns: Sequence[str]
 ) -> RowSnapshot:
     """The cached rows of ``db`` for state ``key`` (loaded from ``con`` when the state moved)."""
-    with _LOCK:
-        cached = _SNAPSHOTS.get(db)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-    snap = RowSnapshot.load(con, columns)
-    with _LOCK:
-        parent = os.path.dirname(os.path.dirname(db))
-        for other in [k for k in _SNAPSHOTS if os.path.dirname(os.path.dirname(k)) == parent]:
-            del _SNAPSHOTS[other]  # one generation per index folder
-        _SNAPSHOTS[db] = (key, snap)
-    return snap
+    return _SNAPSHOTS.get(db, key, lambda: RowSnapshot.load(con, columns))
 
 
 def patch(
     db: str, before: tuple[object, ...], after: tuple[object, ...], written: Sequence[Row], removed: list[str]
 ) -> None:
     """After this process's own committed write: move a snapshot of state ``before`` to ``after``."""
-    with _LOCK:
-        cached = _SNAPSHOTS.pop(db, None)
-        if cached is not None and cached[0] == before:
-            _SNAPSHOTS[db] = (after, cached[1].patched(written, removed))
+    _SNAPSHOTS.patch(db, before, after, lambda snap: snap.patched(written, removed))

@@ -225,7 +225,7 @@ def test_own_writes_patch_the_bm25_snapshot_to_what_a_reload_reads(tmp_path: Pat
         append_bullets(root / "daily" / f"{day}.md", day, [b])
         assert idx.upsert([(day, b)]) == 1
     db = str(idx.generation_dir(idx.active_generation() or 0) / index_mod.DB_NAME)
-    _key, patched = fts._SNAPSHOTS[db]
+    _key, patched = fts._SNAPSHOTS.items[db]
     assert patched.alive is not None  # moved along with the writes, never reloaded
     queries = [*QUERIES, "zanzibarian quokkas", "green tea keeper", "quarterly deadline 2026-05-01"]
     with idx._connect(Path(db), read_only=True) as con:
@@ -239,8 +239,8 @@ def test_own_writes_patch_the_bm25_snapshot_to_what_a_reload_reads(tmp_path: Pat
     # The candidates' rows come from this process's row snapshot, patched by the same writes.
     import recall.row_snapshot as row_snapshot
 
-    row_key, rows = row_snapshot._SNAPSHOTS[db]
-    assert row_key == fts._SNAPSHOTS[db][0] and rows.overlay  # patched, not reloaded
+    row_key, rows = row_snapshot._SNAPSHOTS.items[db]
+    assert row_key == fts._SNAPSHOTS.items[db][0] and rows.overlay  # patched, not reloaded
     with idx._connect(Path(db), read_only=True) as con:
         stored = con.execute(f"SELECT {', '.join(index_mod._COLUMNS)} FROM memories ORDER BY id").fetchall()
         watermark = int(dict(con.execute("SELECT key, value FROM meta").fetchall())["fts_seq"])
