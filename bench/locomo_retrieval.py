@@ -270,24 +270,38 @@ def _variant(base: P.RecallProfile, name: str, **changes: Any) -> P.RecallProfil
     return base.model_copy(update={"name": name, **changes})
 
 
-E5_BASE = P.RecallProfile(
-    name="e5-embedding-first",
-    ranker="tuned",
-    embedder=P.E5_EMBEDDER,
-    semantic_floor=0.0,
-    numeric_anchor_bonus=0.0,
-    name_anchor_bonus=0.0,
-)
+def _embedding_first(name: str, embedder: str) -> P.RecallProfile:
+    """The starting row of a lever chain: stored-vector cosine alone, no floor, no anchors."""
+    return P.RecallProfile(
+        name=name,
+        ranker="tuned",
+        embedder=embedder,
+        semantic_floor=0.0,
+        numeric_anchor_bonus=0.0,
+        name_anchor_bonus=0.0,
+    )
+
+
+def _levers(
+    base: P.RecallProfile, tuned: P.RecallProfile, prefix: str
+) -> tuple[P.RecallProfile, P.RecallProfile, P.RecallProfile, P.RecallProfile]:
+    """``base`` + the lexical term, + name anchors, + session-date anchors, + temporal handling, each
+    with ``tuned``'s constant: one lever added per row."""
+    lex = _variant(base, f"{prefix}+lexical", lexical_weight=tuned.lexical_weight)
+    names = _variant(lex, f"{prefix}+lexical+names", name_anchor_bonus=tuned.name_anchor_bonus)
+    dates = _variant(
+        names, f"{prefix}+…+dates", numeric_anchor_bonus=tuned.numeric_anchor_bonus, session_date_anchors=True
+    )
+    temporal = _variant(dates, f"{prefix}+…+temporal", temporal_bonus=tuned.temporal_bonus)
+    return lex, names, dates, temporal
+
+
+E5_BASE = _embedding_first("e5-embedding-first", P.E5_EMBEDDER)
 
 
 def rows() -> list[Row]:
     t = P.TUNED
-    lex = _variant(E5_BASE, "e5+lexical", lexical_weight=t.lexical_weight)
-    names = _variant(lex, "e5+lexical+names", name_anchor_bonus=t.name_anchor_bonus)
-    dates = _variant(
-        names, "e5+…+dates", numeric_anchor_bonus=t.numeric_anchor_bonus, session_date_anchors=True
-    )
-    temporal = _variant(dates, "e5+…+temporal", temporal_bonus=t.temporal_bonus)
+    lex, names, dates, temporal = _levers(E5_BASE, t, "e5")
     return [
         Row("BM25 only (DuckDB FTS)", "minilm", P.BM25_ONLY),
         Row("vector only, MiniLM", "minilm", P.VECTOR_ONLY),
@@ -320,25 +334,13 @@ def rows() -> list[Row]:
     ]
 
 
-MINILM_BASE = P.RecallProfile(
-    name="minilm-embedding-first",
-    ranker="tuned",
-    embedder=P.MINILM_EMBEDDER,
-    semantic_floor=0.0,
-    numeric_anchor_bonus=0.0,
-    name_anchor_bonus=0.0,
-)
+MINILM_BASE = _embedding_first("minilm-embedding-first", P.MINILM_EMBEDDER)
 
 
 def minilm_rows() -> list[Row]:
     """The levers one at a time on MiniLM, ending at TUNED_MINILM (the shipped default)."""
     t = P.TUNED_MINILM
-    lex = _variant(MINILM_BASE, "minilm+lexical", lexical_weight=t.lexical_weight)
-    names = _variant(lex, "minilm+lexical+names", name_anchor_bonus=t.name_anchor_bonus)
-    dates = _variant(
-        names, "minilm+…+dates", numeric_anchor_bonus=t.numeric_anchor_bonus, session_date_anchors=True
-    )
-    temporal = _variant(dates, "minilm+…+temporal", temporal_bonus=t.temporal_bonus)
+    lex, names, dates, temporal = _levers(MINILM_BASE, t, "minilm")
     near = _variant(temporal, "minilm+…+neighbours", neighbour_weight=t.neighbour_weight)
     minilm = EmbeddingIdentity("local", "all-MiniLM-L6-v2-int8", 384)
     return [

@@ -209,7 +209,6 @@ def anchored(db: Path) -> dict[str, object] | None:
 
 def keep_anchor(db: Path, con: duckdb.DuckDBPyConnection, config: dict[str, object], want: Path) -> None:
     """Keep ``con`` (read-write, just used) open as the anchor of ``db``; closes a previous one."""
-    global _POLLER
     key = str(db)
     with _LOCK:
         _forget_after_fork()
