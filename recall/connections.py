@@ -33,7 +33,6 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,19 +174,50 @@ def _wanted(want: Path) -> bool:
         os.close(fd)  # also lets go of our probe lock
 
 
-@contextlib.contextmanager
-def waiting(want: Path) -> Iterator[None]:
-    """Announce, for as long as the block runs, that this process waits for a DuckDB file lock."""
-    try:
-        fd = os.open(want, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError:
-        yield  # a read-only or foreign folder: wait without announcing
-        return
-    try:
+class Announcement:
+    """A shared ``flock`` on ``<index>/.want``, held from a process's first wait for the index until it
+    has its connection (``withdraw``): pollers elsewhere close their kept connections while it is held,
+    and a writer lets the announcer in before it takes the gate again (``let_waiters_in``)."""
+
+    def __init__(self, want: Path) -> None:
+        self._want = want
+        self._fd: int | None = None
+
+    def announce(self) -> None:
+        if self._fd is not None:
+            return
+        try:
+            fd = os.open(self._want, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            return  # a read-only or foreign folder: wait without announcing
         fcntl.flock(fd, fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)
+        self._fd = fd
+
+    def withdraw(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Announcement:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.withdraw()
+
+
+def let_waiters_in(want: Path, timeout: float) -> None:
+    """Before a writer takes the gate: if another reader or process announced on ``want`` that it
+    waits, close this process's kept connections under that index and give it up to ``timeout`` to
+    get in. Why: a writer in a loop would otherwise retake the gate and its anchor every few
+    milliseconds and starve every other process (seen in CI)."""
+    if not _wanted(want):
+        return
+    drop(want.parent)
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while _wanted(want) and time.monotonic() < deadline:
+        time.sleep(delay)
+        delay = min(delay * 2, 0.01)
 
 
 def anchored(db: Path) -> dict[str, object] | None:

@@ -59,6 +59,8 @@ LOCK_NAME = ".write.lock"
 GATE_NAME = ".gate"
 EXCLUDED_STATUSES = frozenset({"dropped"})  # AMB-28: dropped lines are never recallable
 BUSY_TIMEOUT_SECONDS = 3.0
+# How long a writer lets announced waiters in before it takes the gate again (connections.let_waiters_in).
+WRITER_YIELD_SECONDS = 1.0
 WAL_CHECKPOINT_BYTES = 2 * 1024 * 1024
 _GEN_RE = re.compile(r"^gen-(\d+)$")
 
@@ -317,7 +319,9 @@ class MemoryIndex:
     # -- DuckDB -------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _gate(self, *, exclusive: bool) -> Iterator[bool]:
+    def _gate(
+        self, *, exclusive: bool, announcement: connections.Announcement | None = None
+    ) -> Iterator[bool]:
         """Writer-preferring turnstile in front of DuckDB's own file lock.
 
         Why: DuckDB allows many read-only processes or one writer. A busy reader loop would starve a
@@ -339,6 +343,8 @@ class MemoryIndex:
                         # Someone writes or waits to: let go of our cached read-only connections, which
                         # would otherwise hold DuckDB's file lock against that writer.
                         connections.drop(self.index_dir)
+                        if announcement is not None:
+                            announcement.announce()  # a writer in a loop lets us in (let_waiters_in)
                     waited = True
                     if time.monotonic() >= deadline:
                         raise IndexBusyError("the index is being written by another process") from None
@@ -360,10 +366,19 @@ class MemoryIndex:
         leaves its connection open as this process's anchor (``connections``): while it lives, reads and
         writes here attach to the open database instead of opening the file again.
         """
+        want = self.index_dir / connections.WANT_NAME
         if not read_only:
             # DuckDB: one configuration per file and process, so cached read-only handles must go.
             connections.drop(self.index_dir, anchors=False)
-        with self._gate(exclusive=not read_only) if gate else contextlib.nullcontext(False) as passed:
+            if gate:
+                connections.let_waiters_in(want, WRITER_YIELD_SECONDS)
+        announcement = connections.Announcement(want)
+        with (
+            announcement,
+            self._gate(exclusive=not read_only, announcement=announcement if read_only else None)
+            if gate
+            else contextlib.nullcontext(False) as passed,
+        ):
             config = connections.anchored(db) if gate and passed else None
             if config is not None:
                 yield from self._attached(db, config)
@@ -378,7 +393,7 @@ class MemoryIndex:
                 return
             ext, verified = _extension_state()
             config = {**_DUCKDB_CONFIG, "allow_unsigned_extensions": True} if verified else _DUCKDB_CONFIG
-            con = self._open(db, read_only=read_only, config=config)
+            con = self._open(db, read_only=read_only, config=config, announcement=announcement)
             try:
                 con.execute(f"LOAD {_sql_str(str(ext))}")
                 if not verified:
@@ -408,25 +423,32 @@ class MemoryIndex:
         finally:
             con.close()
 
-    def _open(self, db: Path, *, read_only: bool, config: dict[str, Any]) -> duckdb.DuckDBPyConnection:
+    def _open(
+        self,
+        db: Path,
+        *,
+        read_only: bool,
+        config: dict[str, Any],
+        announcement: connections.Announcement | None = None,
+    ) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
         delay = 0.005
-        with contextlib.ExitStack() as stack:
-            announced = False
+        with connections.Announcement(self.index_dir / connections.WANT_NAME) as own:
+            waiting = announcement or own
             while True:
                 try:
-                    return duckdb.connect(str(db), read_only=read_only, config=config)
+                    con = duckdb.connect(str(db), read_only=read_only, config=config)
+                    waiting.withdraw()  # in: stop asking others to let go
+                    return con
                 except (duckdb.IOException, duckdb.ConnectionException) as exc:
                     if not _is_lock_conflict(exc):
                         raise
                     if time.monotonic() >= deadline:
                         raise IndexBusyError(f"{db} is locked by another process") from exc
-                    if not announced:
-                        # Tell a process that keeps the file open as its anchor to let go of it.
-                        stack.enter_context(connections.waiting(self.index_dir / connections.WANT_NAME))
-                        announced = True
+                    # Tell a process that keeps the file open as its anchor to let go of it.
+                    waiting.announce()
                     time.sleep(delay)
-                    delay = min(delay * 2, 0.1)
+                    delay = min(delay * 2, 0.05)
 
     @staticmethod
     def _rebuild_fts(con: duckdb.DuckDBPyConnection) -> None:
