@@ -17,12 +17,16 @@ the watermark ``meta.fts_seq`` can move in the same transaction as the rows: no 
 
 from __future__ import annotations
 
+import functools
 import math
+import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
+import Stemmer
 
 from recall.state_cache import StateCache
 
@@ -57,9 +61,7 @@ class FtsDelta:
     df_delta: dict[int, int] = field(default_factory=dict)  # termid -> change of df
 
 
-def apply_changes(
-    con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Sequence[str]
-) -> FtsDelta:
+def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Sequence[str]) -> FtsDelta:
     """Remove the documents named ``gone`` (deleted or about to be re-added) and index the rows of
     ``memories`` whose id is in ``added``. Run inside the caller's transaction, after the rows changed.
 
@@ -170,10 +172,42 @@ def bm25_sql(query: str, pool: int) -> str:
 
 def query_terms(con: duckdb.DuckDBPyConnection, query: str) -> list[str]:
     """The distinct stemmed tokens of ``query``, as ``match_bm25`` derives them."""
+    terms = local_query_terms(query)
+    if terms is not None:
+        return terms
     rows = con.execute(
         f"SELECT DISTINCT stem(unnest({SCHEMA}.tokenize({_lit(query)})), 'porter') AS t ORDER BY t"
     ).fetchall()
     return [t for (t,) in rows if t is not None]
+
+
+# The extension's ``tokenize`` macro: lower(strip_accents(s)), then every run of digits or ASCII
+# punctuation becomes a space, then split on RE2's ``\s`` ([\t\n\f\r ]).
+_PLAIN = re.compile(r"[\t\n\f\r\x20-\x7e]*")
+_SEPARATORS = re.compile(r"[0-9!@#$%^&*()_+={}\[\]:;<>,.?~\\/|'\"`-]+")
+_SPACE = re.compile(r"[\t\n\f\r ]+")
+_STEMMERS = threading.local()  # a PyStemmer object is not safe to share between threads
+
+
+def local_query_terms(query: str) -> list[str] | None:
+    """``query_terms`` without a database round trip (~1-2 ms each), for printable-ASCII queries, where
+    lower() and strip_accents() are the identity and both regex dialects agree; None otherwise.
+
+    Why it is exact: PyStemmer wraps the same Snowball ``porter`` C stemmer as DuckDB's ``stem``; a test
+    compares both on every word of the LoCoMo conversations and on generated strings."""
+    terms = _local_terms(query)
+    return list(terms) if terms is not None else None
+
+
+@functools.lru_cache(maxsize=8192)
+def _local_terms(query: str) -> tuple[str, ...] | None:
+    if not _PLAIN.fullmatch(query):
+        return None
+    stemmer = getattr(_STEMMERS, "porter", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.porter = Stemmer.Stemmer("porter")
+    tokens = _SPACE.split(_SEPARATORS.sub(" ", query.lower()))
+    return tuple(sorted(set(stemmer.stemWords(tokens))))
 
 
 class Bm25Snapshot:
@@ -310,6 +344,11 @@ _SNAPSHOTS: StateCache[Bm25Snapshot] = StateCache()
 def snapshot(db: str, key: tuple[object, ...], con: duckdb.DuckDBPyConnection) -> Bm25Snapshot:
     """The cached snapshot of ``db`` for state ``key`` (build it from ``con`` when the state moved)."""
     return _SNAPSHOTS.get(db, key, lambda: Bm25Snapshot(con))
+
+
+def cached_snapshot(db: str, key: tuple[object, ...]) -> Bm25Snapshot | None:
+    """The snapshot of ``db`` for state ``key`` if this process holds it (no database needed)."""
+    return _SNAPSHOTS.peek(db, key)
 
 
 def patch_snapshot(db: str, before: tuple[object, ...], after: tuple[object, ...], delta: FtsDelta) -> None:

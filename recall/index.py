@@ -685,10 +685,16 @@ class MemoryIndex:
         return generation
 
     def _write_manifest(
-        self, gen_dir: Path, generation: int, rows: int, digest: str, embedding: dict[str, Any] | None
-    ) -> None:
+        self,
+        gen_dir: Path,
+        generation: int,
+        rows: int,
+        digest: str,
+        embedding: dict[str, Any] | None,
+        vectors_version: int | None = None,
+    ) -> dict[str, Any]:
         key = EmbeddingIdentity(**embedding).key() if embedding is not None else None
-        manifest = {
+        manifest: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
             "generation": generation,
             "embedding": embedding,
@@ -697,7 +703,12 @@ class MemoryIndex:
             "rows": rows,
             "written_at": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         }
+        if vectors_version is not None:
+            # Written after every change of the vector table, so readers can trust an unchanged manifest
+            # to mean an unchanged table (``_vector_hint``) instead of asking LanceDB on every search.
+            manifest["vectors_version"] = vectors_version
         atomic_write(gen_dir / MANIFEST, json.dumps(manifest, sort_keys=True, indent=1).encode())
+        return manifest
 
     def source_digest(self) -> str:
         """Digest of what a rebuild would index now (compare with the manifest to detect staleness)."""
@@ -798,7 +809,9 @@ class MemoryIndex:
                     # Move this process's snapshots along with the write instead of reloading them; the
                     # rows are read back so they hold exactly what a reload would read.
                     before = _state_key(file_before, kept)
-                    after = _state_key(connections.identity(db), _meta(con))
+                    meta_after, file_after = _meta(con), connections.identity(db)
+                    after = _state_key(file_after, meta_after)
+                    _remember_state(db, file_after, meta_after)
                     fts.patch_snapshot(str(db), before, after, delta)
                     written = con.execute(
                         f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN "
@@ -809,16 +822,24 @@ class MemoryIndex:
 
         manifest = self.manifest(generation) or {}
         healed = 0
+        table = None
         try:
             if ident is not None and manifest.get("embedding") == ident.as_dict():
                 table = self._lance_table(gen_dir)
                 if table is not None:
                     healed = self._upsert_vectors(table, incoming, removed, new_text, ident.dim, gen_dir)
         finally:
-            # Keep the generation's own identity: a Lite caller may upsert into a hybrid generation.
-            if changed or removed:
-                self._write_manifest(gen_dir, generation, int(n_rows), str(digest), manifest.get("embedding"))
+            # Also after a heal, or when a crash left the table ahead of the manifest: readers key their
+            # vector snapshot on the manifest.
+            version = int(table.version) if table is not None else None
+            if changed or removed or (version is not None and manifest.get("vectors_version") != version):
+                # Keep the generation's own identity: a Lite caller may upsert into a hybrid generation.
+                written = self._write_manifest(
+                    gen_dir, generation, int(n_rows), str(digest), manifest.get("embedding"), version
+                )
                 _privatise(gen_dir)
+                if table is not None:
+                    _remember_vector_hint(gen_dir, written, _vector_version(gen_dir, table))
         return len(removed) + len(changed) + healed
 
     def _upsert_vectors(
@@ -865,9 +886,7 @@ class MemoryIndex:
 
     # -- search -------------------------------------------------------------------------------------
 
-    def search(
-        self, query: str, *, limit: int = 8, profile: RecallProfile | str | None = None
-    ) -> list[Hit]:
+    def search(self, query: str, *, limit: int = 8, profile: RecallProfile | str | None = None) -> list[Hit]:
         """Hybrid (embedding-first) or, on Lite / embedding outage, lexical recall over the index.
 
         ``profile`` (a ``RecallProfile`` or its name) only orders the candidate pool; ``None`` is
@@ -885,7 +904,8 @@ class MemoryIndex:
             return [], False
         for _attempt in range(3):
             generation = self.active_generation()
-            if generation is None or not self._identity_matches(self.manifest(generation)):
+            manifest = self.manifest(generation) if generation is not None else None
+            if generation is None or not self._identity_matches(manifest):
                 if not (self.root / DAILY_FOLDER).is_dir() and generation is None:
                     return [], False  # empty store
                 with self._write_lock():
@@ -894,13 +914,63 @@ class MemoryIndex:
                         self._rebuild_locked()
                         generation = self.active_generation()
                 assert generation is not None
+                manifest = self.manifest(generation)
             try:
-                return self._gather(generation, query, pool)
+                return self._gather(generation, query, pool, manifest)
             except (OSError, duckdb.Error, RuntimeError, ValueError):
                 # A rebuild activated a new generation and removed ours mid-read: retry on the new one.
                 if self.active_generation() == generation and self.generation_dir(generation).is_dir():
                     raise
         raise IndexBusyError("the index kept changing generations during search")
+
+    def _lexical(
+        self, db: Path, text: str, pool: int, vector_ids: list[str]
+    ) -> tuple[list[tuple[str, float]], list[tuple[Any, ...]]]:
+        """The BM25 top-``pool`` and the rows of every candidate (those, the vector hits and the rows
+        newer than the FTS watermark).
+
+        When this process holds copies of the database's current state (its file identity has not
+        moved since they were read) and the query's terms can be derived locally, no connection is
+        opened at all: a DuckDB connection and its two statements cost more than the whole ranking.
+        A writer changes the file identity with every commit, so a moved identity means the slow path.
+        """
+        terms = fts.local_query_terms(text)
+        known = _known_state(db) if terms is not None else None
+        if known is not None and terms is not None:
+            key, meta = known
+            bm = fts.cached_snapshot(str(db), key)
+            held = row_snapshot.cached(str(db), key)
+            if bm is not None and held is not None:
+                bm25 = bm.top(terms, pool)
+                wanted = list(dict.fromkeys([i for i, _ in bm25] + vector_ids))
+                return bm25, held.rows(wanted, newer_than=int(meta.get("fts_seq") or 0))
+        with self._connect(db, read_only=True) as con:
+            bm25: list[tuple[str, float]] = []
+            before = connections.identity(db)
+            meta = _meta(con)
+            file_identity = connections.identity(db)
+            if before == file_identity:
+                _remember_state(db, file_identity, meta)
+            watermark = int(meta.get("fts_seq") or 0)
+            # Every writer changes the digest (and the file) in the transaction that changes the rows and
+            # the FTS tables, so this key names one state of them: read both from in-memory copies.
+            key = _state_key(file_identity, meta) if "source_digest" in meta else None
+            try:
+                if key is not None:
+                    bm25 = fts.snapshot(str(db), key, con).top(fts.query_terms(con, text), pool)
+                else:
+                    bm25 = con.execute(fts.bm25_sql(text, pool)).fetchall()
+            except duckdb.CatalogException:
+                watermark = 0  # FTS index never built (crash mid-write): scan everything lexically
+            wanted = list(dict.fromkeys([i for i, _ in bm25] + vector_ids))
+            if key is not None:
+                held = row_snapshot.snapshot(str(db), key, con, _COLUMNS)
+                return bm25, held.rows(wanted, newer_than=watermark)
+            # Two selections, not one OR: the id list is a key lookup, the tail a zone-map pruned scan.
+            return bm25, con.execute(
+                f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN {_sql_in(wanted)} UNION ALL "
+                f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE seq > {int(watermark)}"
+            ).fetchall()
 
     def _embed_query(self, query: str) -> np.ndarray:
         """Embedders with asymmetric prompts (e5: "query: " vs "passage: ") offer ``embed_query``."""
@@ -913,7 +983,9 @@ class MemoryIndex:
             raise EmbeddingError(f"embedder returned query shape {vector.shape}")
         return vector
 
-    def _gather(self, generation: int, query: str, pool: int) -> tuple[list[Candidate], bool]:
+    def _gather(
+        self, generation: int, query: str, pool: int, manifest: dict[str, Any] | None = None
+    ) -> tuple[list[Candidate], bool]:
         gen_dir = self.generation_dir(generation)
         query_vec: np.ndarray | None = None
         if self.embedder is not None:
@@ -930,7 +1002,7 @@ class MemoryIndex:
         if query_vec is not None and table is not None:
             # Exact top-``pool`` by dot product, as LanceDB's flat scan, over a per-process float32 copy
             # of the table that is reloaded whenever the table's version moves (any writer, any process).
-            snapshot = _vector_snapshot(gen_dir, table, query_vec.shape[0])
+            snapshot = _vector_snapshot(gen_dir, table, query_vec.shape[0], manifest)
             top = snapshot.top(query_vec, pool)
             ids = [snapshot.ids[i] for i in top]
             vecs = snapshot.vectors(top)
@@ -941,31 +1013,7 @@ class MemoryIndex:
                 stored_vectors[ids[i]] = vecs[i]
 
         query_words = scoring.word_tokens(query)
-        db = gen_dir / DB_NAME
-        with self._connect(db, read_only=True) as con:
-            bm25: list[tuple[str, float]] = []
-            meta = _meta(con)
-            watermark = int(meta.get("fts_seq") or 0)
-            text = query.replace(chr(0), " ")
-            # Every writer changes the digest (and the file) in the transaction that changes the rows and
-            # the FTS tables, so this key names one state of them: read both from in-memory copies.
-            key = _state_key(connections.identity(db), meta) if "source_digest" in meta else None
-            try:
-                if key is not None:
-                    bm25 = fts.snapshot(str(db), key, con).top(fts.query_terms(con, text), pool)
-                else:
-                    bm25 = con.execute(fts.bm25_sql(text, pool)).fetchall()
-            except duckdb.CatalogException:
-                watermark = 0  # FTS index never built (crash mid-write): scan everything lexically
-            wanted = list(dict.fromkeys([i for i, _ in bm25] + list(vec_hits)))
-            if key is not None:
-                rows = row_snapshot.snapshot(str(db), key, con, _COLUMNS).rows(wanted, newer_than=watermark)
-            else:
-                # Two selections, not one OR: the id list is a key lookup, the tail a zone-map pruned scan.
-                rows = con.execute(
-                    f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN {_sql_in(wanted)} UNION ALL "
-                    f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE seq > {int(watermark)}"
-                ).fetchall()
+        bm25, rows = self._lexical(gen_dir / DB_NAME, query.replace(chr(0), " "), pool, list(vec_hits))
         records = {r[0]: dict(zip(_COLUMNS, r, strict=True)) for r in rows}
 
         bm25_rank = {rid: (rank, score) for rank, (rid, score) in enumerate(bm25, start=1)}
@@ -996,6 +1044,10 @@ class MemoryIndex:
         for c in candidates:
             if c.id not in stored_vectors and (row := snapshot.row_of.get(c.id)) is not None:
                 stored_vectors[c.id] = snapshot.vectors(np.array([row]))[0]
+        if any(c.id not in stored_vectors for c in candidates):
+            # A row without a vector: in flight, an embedding outage, or a table a crashed writer left
+            # ahead of its manifest. Ask LanceDB itself next time instead of trusting the manifest.
+            _forget_vector_hint(gen_dir)
         for c in candidates:
             if c.cosine is None and c.id in stored_vectors:
                 c.cosine = float(stored_vectors[c.id] @ query_vec)
@@ -1079,6 +1131,8 @@ class _VectorSnapshot:
 
 _VECTOR_SNAPSHOTS: dict[str, _VectorSnapshot] = {}  # generation dir → latest snapshot seen here
 _VECTOR_LOCK = threading.Lock()
+# Generation dir → (manifest hint, table version seen under it): see ``_hinted_version``.
+_VECTOR_HINTS: dict[str, tuple[tuple[object, ...], tuple[int, ...]]] = {}
 
 
 _READ_TABLES: dict[str, tuple[tuple[int, int], Any]] = {}  # generation dir → (dataset folder id, table)
@@ -1140,9 +1194,53 @@ def _patch_vector_snapshot(
         _VECTOR_SNAPSHOTS[key] = snap.patched(after, dropped, ids, fresh)
 
 
-def _vector_snapshot(gen_dir: Path, table: Any, dim: int) -> _VectorSnapshot:
-    key = str(gen_dir)
+_HINT_KEYS = ("generation", "written_at", "source_digest", "rows", "vectors_version")
+
+
+def _vector_hint(manifest: dict[str, Any] | None) -> tuple[object, ...] | None:
+    """What names the vector table's state in the manifest: every writer rewrites it after changing the
+    table (``written_at`` and the digest change, and an upsert records ``vectors_version``)."""
+    if not manifest or "written_at" not in manifest:
+        return None
+    return tuple(manifest.get(k) for k in _HINT_KEYS)
+
+
+def _remember_vector_hint(gen_dir: Path, manifest: dict[str, Any], version: tuple[int, ...]) -> None:
+    hint = _vector_hint(manifest)
+    if hint is not None:
+        with _VECTOR_LOCK:
+            _VECTOR_HINTS[str(gen_dir)] = (hint, version)
+
+
+def _forget_vector_hint(gen_dir: Path) -> None:
+    with _VECTOR_LOCK:
+        _VECTOR_HINTS.pop(str(gen_dir), None)
+
+
+def _hinted_version(gen_dir: Path, table: Any, manifest: dict[str, Any] | None) -> tuple[int, ...]:
+    """The table's version as last seen under this manifest, else asked of LanceDB (~0.6 ms through its
+    event loop). Sound because the manifest was read before the table: a table change the manifest does
+    not show yet was made by a write still in flight, which rewrites the manifest when it is done."""
+    hint = _vector_hint(manifest)
+    if hint is not None:
+        with _VECTOR_LOCK:
+            seen = _VECTOR_HINTS.get(str(gen_dir))
+        if seen is not None and seen[0] == hint:
+            return seen[1]
     version = _vector_version(gen_dir, table)
+    if hint is not None:
+        with _VECTOR_LOCK:
+            for other in [k for k in _VECTOR_HINTS if Path(k).parent == gen_dir.parent and k != str(gen_dir)]:
+                del _VECTOR_HINTS[other]
+            _VECTOR_HINTS[str(gen_dir)] = (hint, version)
+    return version
+
+
+def _vector_snapshot(
+    gen_dir: Path, table: Any, dim: int, manifest: dict[str, Any] | None = None
+) -> _VectorSnapshot:
+    key = str(gen_dir)
+    version = _hinted_version(gen_dir, table, manifest)
     with _VECTOR_LOCK:
         snap = _VECTOR_SNAPSHOTS.get(key)
         if snap is not None and snap.version == version:
@@ -1155,6 +1253,34 @@ def _vector_snapshot(gen_dir: Path, table: Any, dim: int) -> _VectorSnapshot:
             del _VECTOR_SNAPSHOTS[other]
         _VECTOR_SNAPSHOTS[key] = snap
     return snap
+
+
+# Database path → (file identity, ``meta``) as last read here: while the identity is unchanged the state
+# is, so a search needs no connection to learn it (``MemoryIndex._lexical``).
+_STATES: dict[str, tuple[tuple[int, ...], dict[str, str]]] = {}
+_STATES_LOCK = threading.Lock()
+
+
+def _remember_state(db: Path, file_identity: tuple[int, ...] | None, meta: dict[str, str]) -> None:
+    if file_identity is None or "source_digest" not in meta:
+        return
+    with _STATES_LOCK:
+        folder = db.parent.parent
+        for other in [k for k in _STATES if Path(k).parent.parent == folder and k != str(db)]:
+            del _STATES[other]  # one generation per index folder
+        _STATES[str(db)] = (file_identity, dict(meta))
+
+
+def _known_state(db: Path) -> tuple[tuple[object, ...], dict[str, str]] | None:
+    """The state key and ``meta`` of ``db`` if its file has not moved since they were read here."""
+    with _STATES_LOCK:
+        seen = _STATES.get(str(db))
+    if seen is None:
+        return None
+    file_identity = connections.identity(db)
+    if file_identity != seen[0]:
+        return None
+    return _state_key(file_identity, seen[1]), seen[1]
 
 
 def _meta(con: duckdb.DuckDBPyConnection) -> dict[str, str]:

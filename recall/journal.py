@@ -149,6 +149,7 @@ def resolve_limit(limit: object) -> int:
 # --------------------------------------------------------------------------------------------------
 # Entries (AMB-37, AMB-38)
 
+
 def is_unsafe_text(text: str) -> bool:
     """Display-side AMB-25 check (length is capped separately), shared with the write side."""
     return unsafe_characters(text) is not None

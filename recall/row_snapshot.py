@@ -78,6 +78,11 @@ def snapshot(
     return _SNAPSHOTS.get(db, key, lambda: RowSnapshot.load(con, columns))
 
 
+def cached(db: str, key: tuple[object, ...]) -> RowSnapshot | None:
+    """The rows of ``db`` for state ``key`` if this process holds them (no database needed)."""
+    return _SNAPSHOTS.peek(db, key)
+
+
 def patch(
     db: str, before: tuple[object, ...], after: tuple[object, ...], written: Sequence[Row], removed: list[str]
 ) -> None:

@@ -36,6 +36,7 @@ from storage.limits import (
 _TOKEN_RE = re.compile(r"\w+(?:(?:[-:./+]|,(?=\d{3}\b))\w+)*")
 _WORD_RE = re.compile(r"\w+")
 _SENTENCE_END_RE = re.compile(r"[.!?¿¡:;\n]")
+_COMPOUND_SPLIT_RE = re.compile(r"[-:./+,]")
 _DATE_RE = re.compile(r"^(\d{4})(?:-(\d{2})(?:-(\d{2})(?:t[\d:.,+\-z]*)?)?)?$")
 
 
@@ -83,16 +84,16 @@ class QueryAnchors:
 def _capitalised_words(text: str) -> list[tuple[str, bool]]:
     """(word, sentence_initial) for every capitalised word of >= NAME_ANCHOR_MIN_LETTERS letters."""
     out: list[tuple[str, bool]] = []
-    initial = True
+    first = True
     pos = 0
     for m in _WORD_RE.finditer(text):
-        if _SENTENCE_END_RE.search(text, pos, m.start()):
-            initial = True
         word = m.group()
-        letters = sum(ch.isalpha() for ch in word)
-        if word[0].isupper() and letters >= NAME_ANCHOR_MIN_LETTERS and letters == len(word):
+        if word[0].isupper() and len(word) >= NAME_ANCHOR_MIN_LETTERS and word.isalpha():
+            # Sentence-initial: the first word, or a sentence end since the previous word. Looked up only
+            # for capitalised words (a regex call per word was most of a cold search's scoring).
+            initial = first or _SENTENCE_END_RE.search(text, pos, m.start()) is not None
             out.append((word, initial))
-        initial = False
+        first = False
         pos = m.end()
     return out
 
@@ -166,12 +167,12 @@ def _record_terms(text: str, entities: tuple[str, ...]) -> RecordTerms:
     dates: list[tuple[str, ...]] = []
     for tok in tokens(text):
         compound.add(tok)
-        parts = _date_parts(tok)
+        parts = _date_parts(tok) if tok[0].isdigit() else None  # a date starts with 4 digits
         if parts is not None:
             dates.append(parts)
-        else:
+        elif not tok.isalnum():
             # "ID-4471" also offers "4471"; a date never offers its month or day alone.
-            compound.update(re.split(r"[-:./+,]", tok))
+            compound.update(_COMPOUND_SPLIT_RE.split(tok))
     words = word_tokens(text)
     for entity in entities:
         words |= word_tokens(entity.split(":", 1)[1] if ":" in entity else entity)

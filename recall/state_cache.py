@@ -22,6 +22,12 @@ class StateCache(Generic[T]):
         self.items: dict[str, tuple[Key, T]] = {}  # database path → (state key, copy)
         self._lock = threading.Lock()
 
+    def peek(self, db: str, key: Key) -> T | None:
+        """The copy of ``db`` at state ``key`` if one is held, without loading anything."""
+        with self._lock:
+            cached = self.items.get(db)
+        return cached[1] if cached is not None and cached[0] == key else None
+
     def get(self, db: str, key: Key, load: Callable[[], T]) -> T:
         """The copy of ``db`` at state ``key``, loaded (outside the lock) when the state moved."""
         with self._lock:

@@ -250,3 +250,114 @@ def test_own_writes_patch_the_bm25_snapshot_to_what_a_reload_reads(tmp_path: Pat
     assert "quokka" not in ids and rows.rows(["quokka"], newer_than=watermark) == []
     assert sorted(rows.rows(ids, newer_than=watermark)) == stored
     assert rows.rows([], newer_than=0) and sorted(rows.rows([], newer_than=0)) == stored  # the tail
+
+
+_HOLD_FILE = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1], read_only=False)  # DuckDB's exclusive lock, as another writer holds it
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+_FOREIGN_UPSERT = """
+import sys
+from pathlib import Path
+from recall.index import MemoryIndex
+from storage.markdown import Bullet, append_bullets
+from tests.test_recall_index import HashEmbedder, bullet
+root, day, text, rid = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+b = bullet(text, id=rid)
+append_bullets(root / "daily" / f"{day}.md", day, [b])
+print(MemoryIndex(root, HashEmbedder()).upsert([(day, b)]), flush=True)
+"""
+
+
+def _run(script: str, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(index_mod.__file__).parent.parent,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _scored(idx: MemoryIndex, query: str) -> list[tuple[str, float]]:
+    return [(h.id, round(h.score, 9)) for h in idx.search(query, profile="tuned")]
+
+
+def test_a_known_state_is_searched_without_the_database_and_a_foreign_write_is_seen(tmp_path: Path) -> None:
+    """While the database file has not moved since this process read it, a search is answered from this
+    process's copies and needs no DuckDB lock (another process holding the file does not delay it); a
+    write by another process moves the file, and the next search reads the new state, vectors included.
+    """
+    root = tmp_path / "mem"
+    write_store(root)
+    idx = MemoryIndex(root, HashEmbedder())
+    idx.rebuild()
+    before = {q: _scored(idx, q) for q in QUERIES}
+    db = idx.generation_dir(idx.active_generation() or 0) / index_mod.DB_NAME
+    import recall.connections as connections
+
+    connections.drop(idx.index_dir)  # as after the idle timeout: this process holds no connection
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_FILE, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        import time
+
+        started = time.monotonic()
+        assert {q: _scored(idx, q) for q in QUERIES} == before
+        # The database path waits for the lock up to 3 s per query and then fails: memory answered.
+        assert time.monotonic() - started < 2.0
+        with pytest.raises(index_mod.IndexBusyError):
+            idx.search("café au lait")  # not derivable locally: it needs the database, held elsewhere
+    finally:
+        holder.communicate("", timeout=30)
+
+    day = "2026-03-12"
+    assert (
+        _run(_FOREIGN_UPSERT, str(root), day, "Morgan paints the lighthouse keeper's door red.", "door")
+        == "1\n"
+    )
+    got = _scored(idx, "lighthouse keeper door")
+    assert "door" in [i for i, _ in got]
+    assert got == _scored(_fresh(root, tmp_path, HashEmbedder()), "lighthouse keeper door")
+    # Changed text: a new vector in the other process, seen here too.
+    later = "2026-03-13"  # a later day's occurrence of an id wins
+    assert _run(_FOREIGN_UPSERT, str(root), later, "Morgan paints the garden gate blue.", "door") == "1\n"
+    assert _scored(idx, "garden gate blue") == _scored(
+        _fresh(root, tmp_path, HashEmbedder()), "garden gate blue"
+    )
+
+
+def test_a_vector_table_left_ahead_of_its_manifest_is_noticed_and_repaired(tmp_path: Path) -> None:
+    """A writer that died between the vector write and the manifest write leaves the manifest naming the
+    old table state. A reader that trusted it would miss the new vectors: the first search that meets a
+    row without a vector asks LanceDB again, and the replayed upsert rewrites the manifest."""
+    root = tmp_path / "mem"
+    write_store(root)
+    idx = MemoryIndex(root, HashEmbedder())
+    idx.rebuild()
+    _scored(idx, "lighthouse keeper")  # this process now trusts the manifest it read
+    gen_dir = idx.generation_dir(idx.active_generation() or 0)
+    manifest_bytes = (gen_dir / index_mod.MANIFEST).read_bytes()
+
+    day = "2026-03-12"
+    text = "Morgan paints the lighthouse keeper's door red."
+    assert _run(_FOREIGN_UPSERT, str(root), day, text, "door") == "1\n"
+    (gen_dir / index_mod.MANIFEST).write_bytes(manifest_bytes)  # as if the manifest write never happened
+
+    want = _scored(_fresh(root, tmp_path, HashEmbedder()), "lighthouse keeper door")
+    _scored(idx, "lighthouse keeper door")  # meets "door" without a vector
+    assert _scored(idx, "lighthouse keeper door") == want
+
+    # Replaying the same upsert (what recovery does) changes no row but repairs the manifest.
+    b = bullet(text, id="door")
+    assert MemoryIndex(root, HashEmbedder()).upsert([(day, b)]) == 0
+    repaired = idx.manifest()
+    assert repaired is not None and repaired["vectors_version"] == int(idx._lance_table(gen_dir).version)
