@@ -30,6 +30,7 @@ import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from storage.limits import OLLAMA_ENDPOINT_DEFAULT
+from storage.tls import client_context
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ class _HttpChat:
     async def _post(self, body: bytes, timeout_s: float) -> bytes:
         # httpx's own timeout is a backstop; asyncio.timeout in complete() is the real per-call bound.
         timeout = httpx.Timeout(timeout_s)
-        async with httpx.AsyncClient(timeout=timeout) as client:
+        async with httpx.AsyncClient(timeout=timeout, verify=client_context()) as client:
             retrying = AsyncRetrying(
                 retry=retry_if_exception_type(httpx.ConnectError),
                 stop=stop_after_attempt(CONNECT_ATTEMPTS),

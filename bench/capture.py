@@ -108,8 +108,36 @@ async def bare_floor(env: WorkflowEnvironment, runs: int) -> tuple[float, float]
         return statistics.median(seq), (time.perf_counter() - t) * 1000 / 20
 
 
+async def activity_breakdown(client, intake_ids: list[str]) -> dict[str, tuple[float, float]]:
+    """Per activity type, from the capture workflows' histories: median ms from scheduled to started
+    (dispatch through the server) and from started to completed (the activity's own work)."""
+    waits: dict[str, list[float]] = {}
+    runs: dict[str, list[float]] = {}
+    for intake_id in intake_ids:
+        history = await client.get_workflow_handle(f"capture-{intake_id}").fetch_history()
+        at = {e.event_id: e.event_time.ToDatetime() for e in history.events}
+        kind: dict[int, str] = {}
+        for e in history.events:
+            if e.HasField("activity_task_scheduled_event_attributes"):
+                kind[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+            elif e.HasField("activity_task_completed_event_attributes"):
+                done = e.activity_task_completed_event_attributes
+                name = kind[done.scheduled_event_id]
+                waits.setdefault(name, []).append(
+                    (at[done.started_event_id] - at[done.scheduled_event_id]).total_seconds() * 1000
+                )
+                work = at[e.event_id] - at[done.started_event_id]
+                runs.setdefault(name, []).append(work.total_seconds() * 1000)
+    return {k: (statistics.median(waits[k]), statistics.median(runs[k])) for k in runs}
+
+
 async def capture_run(
-    env: WorkflowEnvironment, model: ScriptedModelServer, root: Path, turns: int, concurrent: bool
+    env: WorkflowEnvironment,
+    model: ScriptedModelServer,
+    root: Path,
+    turns: int,
+    concurrent: bool,
+    breakdown: dict[str, tuple[float, float]] | None = None,
 ) -> tuple[float, int]:
     client = env.client
     store = make_store(
@@ -136,13 +164,18 @@ async def capture_run(
             await asyncio.gather(*(outcome_of(client, r.intake_id, timeout=300) for r in results))
             per_turn = (time.perf_counter() - t) * 1000 / turns
         else:
-            samples = []
+            samples, admission, ids = [], [], []
             for x in made:
                 s = time.perf_counter()
                 r = await store.persist_completed_turn(x)
+                admission.append((time.perf_counter() - s) * 1000)
                 await outcome_of(client, r.intake_id, timeout=300)
                 samples.append((time.perf_counter() - s) * 1000)
+                ids.append(r.intake_id)
             per_turn = statistics.median(samples)
+            if breakdown is not None:
+                breakdown["admission (host, then the workflow start)"] = (0.0, statistics.median(admission))
+                breakdown.update(await activity_breakdown(client, ids))
     store.close()
     return per_turn, len(model.calls) - calls_before
 
@@ -162,8 +195,9 @@ async def main() -> None:
         with ScriptedModelServer() as model, tempfile.TemporaryDirectory() as tmp:
             # Warm-up (embedder load, index creation) is not orchestration overhead.
             await capture_run(env, model, Path(tmp) / "warm", 2, concurrent=False)
+            breakdown: dict[str, tuple[float, float]] = {}
             seq, seq_calls = await capture_run(
-                env, model, Path(tmp) / "seq", args.sequential, concurrent=False
+                env, model, Path(tmp) / "seq", args.sequential, concurrent=False, breakdown=breakdown
             )
             conc, conc_calls = await capture_run(env, model, Path(tmp) / "conc", args.turns, concurrent=True)
     finally:
@@ -178,6 +212,12 @@ async def main() -> None:
     )
     label = f"{args.turns} concurrent (total/turns)"
     print(f"{label:<32} {conc:>9.1f} {bare_conc:>17.1f}ms {conc / bare_conc:>6.2f} {conc_calls:>12}")
+    print("\n1 turn at a time, per step (medians over the sequential turns' histories):")
+    print(f"{'step':<48} {'dispatch ms':>12} {'work ms':>9}")
+    for name, (wait, work) in breakdown.items():
+        print(f"{name:<48} {wait:>12.1f} {work:>9.1f}")
+    accounted = sum(w + r for w, r in breakdown.values())
+    print(f"{'rest: workflow start, workflow tasks, result poll':<48} {seq - accounted:>22.1f}")
 
 
 if __name__ == "__main__":

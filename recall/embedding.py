@@ -18,6 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 import numpy as np
 
+from storage.tls import client_context
+
 LOCAL_PROVIDER = "local"
 LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
 LOCAL_DIM = 384
@@ -208,7 +210,7 @@ class HttpEmbedder:
             return np.zeros((0, dim), dtype=np.float32)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         rows: list[np.ndarray] = []
-        with httpx.Client(timeout=self.timeout, headers=headers) as client:
+        with httpx.Client(timeout=self.timeout, headers=headers, verify=client_context()) as client:
             for start in range(0, len(texts), self.batch_size):
                 batch = list(texts[start : start + self.batch_size])
                 url, body = self._request(batch)

@@ -12,6 +12,9 @@ until two agree (AMB-34). The archive is a ``.tar.gz``:
     canonical/audit/<day>.md
     canonical/graph.jsonl
     canonical/.replay-projection-v1.json
+    canonical/.turn-archive/<day>/<id>.json   archived turn payloads (storage.turn_archive), so a
+                               restored store can still be re-curated; they hold turn text, like the
+                               Markdown does
     intake-metadata.json       content-free (informational; never imported)
 
 Import needs a stopped agent: it takes the liveness fence (``AgentRunningError`` otherwise) and the store
@@ -28,7 +31,10 @@ to overwrite a live file that changed since. So a store is never left half-appli
 * ``apply`` merges: daily/audit bullets idempotently by id (``storage.markdown.append_bullets``; an id
   already anywhere in the store's folder is kept as is), graph rows via ``storage.graph.apply`` (attesting
   memories unioned) and replay-sidecar entries via ``storage.replay_projection.merge`` (a conflicting
-  entry refuses the whole import). Applying the same archive twice changes nothing the second time.
+  entry refuses the whole import); archived turns the store lacks are added, equal ones kept, and one
+  that differs refuses the import. Applying the same archive twice changes nothing the second time.
+* Every archived turn must parse as an intake payload named by its own id (sha256 of its run id) in the
+  folder of its admission day; anything else refuses the import before anything is staged.
 
 The recall index is not part of the archive: rebuild it from canonical Markdown after an import.
 """
@@ -61,9 +67,10 @@ from storage import graph as graph_store
 from storage import replay_projection
 from storage.fence import hold_fence
 from storage.fsio import UnsafePathError, atomic_write, ensure_private_dir, exclusive_lock, fsync_dir
-from storage.intake import INTAKE_DIR, Intake, IntakeError, RecordState
+from storage.intake import INTAKE_DIR, Intake, IntakeError, IntakePayload, RecordState, intake_id
 from storage.markdown import append_bullets, read_document
 from storage.store_ref import STORE_LOCK
+from storage.turn_archive import ARCHIVE_DIR
 
 FORMAT = "tempomem-export"
 FORMAT_VERSION = 1
@@ -80,6 +87,8 @@ MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _CHUNK = 1 << 20
 
 _DAY_FILE = re.compile(r"(daily|audit)/(\d{4}-\d{2}-\d{2})\.md")
+# Archived turn payloads (re-curation's input, storage.turn_archive): <day>/<intake id>.json
+_ARCHIVED_TURN = re.compile(r"\.turn-archive/(\d{4}-\d{2}-\d{2})/([0-9a-f]{64})\.json")
 _TOP_FILES = (graph_store.GRAPH_NAME, replay_projection.SIDECAR_NAME)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _UNSTABLE_META = b"unstable"
@@ -113,11 +122,19 @@ def _is_day(day: str) -> bool:
 
 
 def is_canonical(rel: str) -> bool:
-    """Whether ``rel`` (a POSIX path relative to the root) names a canonical file."""
+    """Whether ``rel`` (a POSIX path relative to the root) names a file the archive carries: a canonical
+    file, or an archived turn (kept with them so a restored store can still be re-curated)."""
     if rel in _TOP_FILES:
         return True
     match = _DAY_FILE.fullmatch(rel)
-    return match is not None and _is_day(match[2])
+    if match is not None:
+        return _is_day(match[2])
+    turn = _ARCHIVED_TURN.fullmatch(rel)
+    return turn is not None and _is_day(turn[1])
+
+
+def is_archived_turn(rel: str) -> bool:
+    return _ARCHIVED_TURN.fullmatch(rel) is not None
 
 
 def _list_canonical(root: Path) -> list[str]:
@@ -129,6 +146,16 @@ def _list_canonical(root: Path) -> list[str]:
         except (FileNotFoundError, NotADirectoryError):
             continue
         found += [f"{folder}/{n}" for n in names if is_canonical(f"{folder}/{n}")]
+    try:
+        days = os.listdir(root / ARCHIVE_DIR)
+    except (FileNotFoundError, NotADirectoryError):
+        days = []
+    for day in days:
+        try:
+            names = os.listdir(root / ARCHIVE_DIR / day)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        found += [rel for n in names if is_canonical(rel := f"{ARCHIVE_DIR}/{day}/{n}")]
     return sorted(found)
 
 
@@ -510,6 +537,27 @@ def _validate_structured(files: dict[str, Path]) -> None:
             replay_projection.load(Path(tmp))
         except (graph_store.GraphError, replay_projection.SidecarError) as exc:
             raise ArchiveError(f"archive holds an invalid graph or replay sidecar: {exc}") from None
+    for rel, path in files.items():
+        if is_archived_turn(rel):
+            _validate_archived_turn(rel, path)
+
+
+def _validate_archived_turn(rel: str, path: Path) -> None:
+    """An archived turn must be the admitted payload it is named after: a valid intake payload whose id
+    is the sha256 of its run id and the file name, admitted on the folder's day, not a re-curation."""
+    match = _ARCHIVED_TURN.fullmatch(rel)
+    assert match is not None
+    try:
+        payload = IntakePayload.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise ArchiveError(f"archive holds an archived turn that is not an intake payload ({rel})") from exc
+    if (
+        payload.id != match[2]
+        or intake_id(payload.run_id) != payload.id
+        or payload.admitted_at[:10] != match[1]
+        or payload.recurate_of is not None
+    ):
+        raise ArchiveError(f"archive holds an archived turn that does not match its name ({rel})")
 
 
 # -- staged, journalled commit ------------------------------------------------------------------------------
@@ -521,6 +569,7 @@ class ImportReport:
     bullets_skipped: int = 0
     graph_rows_changed: int = 0
     sidecar_entries_added: int = 0
+    archived_turns_added: int = 0
     recovered: int = 0
     changed_paths: tuple[str, ...] = ()
 
@@ -687,6 +736,20 @@ def import_apply(root: Path, archive: Path) -> ImportReport:
                 sidecar_added = replay_projection.apply_delta(out, delta)
             except replay_projection.SidecarError as exc:
                 raise ImportConflictError(f"replay sidecar entries conflict: {exc}") from None
+        turns_added = 0
+        for rel in sorted(r for r in verified.canonical if is_archived_turn(r)):
+            # An archived turn is immutable: add it when missing, keep it when equal, refuse when it
+            # differs (the same run id admitted with other bytes is another store's history).
+            live = _digest_file(root / rel)
+            incoming_digest = verified.manifest.canonical()[rel].sha256
+            if live == incoming_digest:
+                continue
+            if live is not None:
+                raise ImportConflictError(f"archived turn {rel} differs from the store's")
+            target = stage_copy(rel)
+            shutil.copyfile(verified.canonical[rel], target, follow_symlinks=False)
+            os.chmod(target, 0o600)
+            turns_added += 1
         changed: dict[str, tuple[str | None, str]] = {}
         for rel, base in bases.items():
             new_digest = _digest_file(out / rel)
@@ -707,6 +770,7 @@ def import_apply(root: Path, archive: Path) -> ImportReport:
             bullets_skipped=skipped,
             graph_rows_changed=graph_changed,
             sidecar_entries_added=sidecar_added,
+            archived_turns_added=turns_added,
             recovered=recovered,
             changed_paths=tuple(sorted(changed)),
         )
@@ -774,12 +838,15 @@ def add_export_commands(sub: Any, load: Any) -> None:
             f"restored {report.files_written} canonical file(s)"
             if report.mode == "restore"
             else f"merged {report.bullets_added} bullet(s) ({report.bullets_skipped} already present), "
-            f"{report.graph_rows_changed} graph row(s), {report.sidecar_entries_added} sidecar entr(ies)"
+            f"{report.graph_rows_changed} graph row(s), {report.sidecar_entries_added} sidecar entr(ies), "
+            f"{report.archived_turns_added} archived turn(s)"
         )
         print(done + (f"; search index rebuilt ({rows} memories)" if rows is not None else ""))
         return 0
 
-    p = sub.add_parser("export", help="read-only .tar.gz backup of canonical memory; safe on a live agent")
+    p = sub.add_parser(
+        "export", help="read-only .tar.gz backup of canonical memory and turn archive; safe on a live store"
+    )
     p.add_argument("archive", help="output path (.tar.gz), outside the memory root")
     p.add_argument(
         "--max-passes", type=int, default=DEFAULT_MAX_PASSES, help="give up after this many passes"

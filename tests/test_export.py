@@ -466,3 +466,104 @@ def test_import_refuses_a_store_with_a_symlinked_canonical_file(tmp_path: Path) 
         with pytest.raises(ex.ArchiveError, match=r"unsafe|differ"):
             verb(dst, archive)
     assert outside.read_text() == "# not yours\n" and (dst / "daily" / "2026-03-04.md").is_symlink()
+
+
+# -- archived turns (re-curation's input) ------------------------------------------------------------------
+def _archive_turn(root: Path, run_id: str, text: str = "I moved to Porto in May") -> tuple[str, bytes]:
+    """Archive a capture turn's payload as a successful resolve does; (relative path, bytes)."""
+    from storage.intake import canonical_json
+    from storage.turn_archive import TurnArchive
+
+    turn = CompletedTurn(
+        run_id=run_id,
+        conversation_id="web:1",
+        speaker_kind="human-turn",
+        user_text=text,
+        final_answer="Noted.",
+        admitted_at=T0,
+    )
+    payload = build_payload(turn, write_mode="capture", tier="bujo")
+    data = canonical_json(payload.model_dump())
+    assert TurnArchive(root).store(payload.id, payload.admitted_at, data) == "written"
+    return f".turn-archive/{payload.admitted_at[:10]}/{payload.id}.json", data
+
+
+def test_archived_turns_travel_with_export_restore_and_apply(tmp_path: Path) -> None:
+    """A restored or merged store can still be re-curated: export carries ``.turn-archive`` byte for
+    byte; restore puts it back owner-only; apply adds what is missing, keeps what is equal, and refuses
+    (untouched) a turn archived with other bytes under the same id."""
+    from datetime import date
+
+    from storage.turn_archive import TurnArchive
+
+    src = make_store(tmp_path / "src")
+    rel, data = _archive_turn(src, "run-archived")
+    report = ex.export_store(src, tmp_path / "b.tar.gz")
+    assert members(report.path)[f"canonical/{rel}"] == data and report.files == 6
+
+    dst = tmp_path / "dst"
+    assert ex.import_restore(dst, report.path).files_written == 6
+    assert (dst / rel).read_bytes() == data
+    assert (dst / rel).stat().st_mode & 0o777 == 0o600
+    assert (dst / rel).parent.stat().st_mode & 0o777 == 0o700
+    assert [t.id for t in TurnArchive(dst).turns(since=date(2026, 1, 1))] == [Path(rel).stem]
+
+    merged = tmp_path / "merged"
+    append_bullets(merged / "daily" / "2026-03-05.md", "2026-03-05", [bullet("own", "Own memory")])
+    first = ex.import_apply(merged, report.path)
+    assert first.archived_turns_added == 1 and rel in first.changed_paths
+    assert (merged / rel).read_bytes() == data
+    settled = tree(merged)
+    again = ex.import_apply(merged, report.path)
+    assert again.archived_turns_added == 0 and again.files_written == 0 and tree(merged) == settled
+
+    other = tmp_path / "other"
+    append_bullets(other / "daily" / "2026-03-05.md", "2026-03-05", [bullet("own", "Own memory")])
+    (other / rel).parent.mkdir(parents=True, mode=0o700)
+    (other / rel).write_bytes(data + b"\n")
+    before = tree(other)
+    with pytest.raises(ex.ImportConflictError, match="archived turn"):
+        ex.import_apply(other, report.path)
+    assert tree(other) == before
+
+
+@pytest.mark.parametrize("case", ["renamed", "wrong_day", "not_a_payload"])
+def test_an_archived_turn_that_is_not_what_its_name_says_refuses_the_import(
+    tmp_path: Path, case: str
+) -> None:
+    src = make_store(tmp_path / "src")
+    rel, data = _archive_turn(src, "run-archived")
+    good = ex.export_store(src, tmp_path / "good.tar.gz").path
+    member = f"canonical/{rel}"
+    if case == "renamed":
+        new_member = member.replace(Path(rel).stem, "ab" * 32)
+        new_data = data
+    elif case == "wrong_day":
+        new_member = member.replace("2026-03-04", "2026-03-09")
+        new_data = data
+    else:
+        new_member, new_data = member, b'{"not": "a payload"}'
+
+    def edit(info: tarfile.TarInfo, blob: bytes):
+        if info.name == "manifest.json":
+            manifest = json.loads(blob)
+            for entry in manifest["files"]:
+                if entry["path"] == member:
+                    entry.update(
+                        path=new_member, sha256=hashlib.sha256(new_data).hexdigest(), size=len(new_data)
+                    )
+            return info, json.dumps(manifest).encode()
+        if info.name == member:
+            info.pax_headers.pop("path", None)  # a long name is carried in a PAX header
+            info.name = new_member
+            return info, new_data
+        return info, blob
+
+    bad = rewrite(good, tmp_path / "bad.tar.gz", edit)
+    for verb in (ex.import_restore, ex.import_apply):
+        dst = tmp_path / f"dst-{verb.__name__}"
+        append_bullets(dst / "daily" / "2026-01-01.md", "2026-01-01", [bullet("keep", "keep me")])
+        before = tree(dst)
+        with pytest.raises(ex.ArchiveError, match="archived turn"):
+            verb(dst, bad)
+        assert tree(dst) == before

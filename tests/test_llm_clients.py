@@ -280,3 +280,16 @@ async def test_prompt_to_model_to_contract_round_trip(
         parse_extraction(await model.complete(messages, timeout_s=5))
     assert info.value.reason == "not_json"
     assert len(server.calls) == 2
+
+
+def test_model_and_embedding_clients_share_one_verifying_tls_context() -> None:
+    """Building an httpx client's default TLS context costs ~50 ms (the CA bundle): every client gets
+    the one process-wide context instead, and it still verifies certificates and host names."""
+    import ssl
+
+    from storage.tls import client_context
+
+    ctx = client_context()
+    assert ctx is client_context()
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    assert ctx.cert_store_stats()["x509_ca"] > 0  # a CA bundle is loaded
