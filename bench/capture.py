@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -120,6 +121,15 @@ async def activity_breakdown(client, intake_ids: list[str]) -> dict[str, tuple[f
         for e in history.events:
             if e.HasField("activity_task_scheduled_event_attributes"):
                 kind[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+            elif e.HasField("workflow_task_completed_event_attributes"):
+                done_wft = e.workflow_task_completed_event_attributes
+                name = "workflow task (first)" if done_wft.started_event_id <= 3 else "workflow task (later)"
+                waits.setdefault(name, []).append(
+                    (at[done_wft.started_event_id] - at[done_wft.scheduled_event_id]).total_seconds() * 1000
+                )
+                runs.setdefault(name, []).append(
+                    (at[e.event_id] - at[done_wft.started_event_id]).total_seconds() * 1000
+                )
             elif e.HasField("activity_task_completed_event_attributes"):
                 done = e.activity_task_completed_event_attributes
                 name = kind[done.scheduled_event_id]
@@ -189,6 +199,7 @@ async def main() -> None:
         dev_server_existing_path=str(temporal_cli()),
         search_attributes=search_attributes.ALL,
         dev_server_log_level="error",
+        dev_server_extra_args=os.environ.get("BENCH_DEV_ARGS", "").split(),
     )
     try:
         bare_seq, bare_conc = await bare_floor(env, args.sequential)

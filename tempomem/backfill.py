@@ -191,26 +191,17 @@ async def follow_backfill(
     poll_interval: float = 0.5,
 ) -> BackfillProgress:
     """Poll the ``progress`` query (across continue-as-new runs) until the backfill ends; its result."""
-    from temporalio.client import WorkflowQueryFailedError
-    from temporalio.service import RPCError
-
+    from tempomem.follow import follow_workflow
     from workflows.backfill import PROGRESS_QUERY, BackfillProgress
 
-    handle = client.get_workflow_handle(workflow_id, result_type=BackfillProgress)
-    result = asyncio.ensure_future(handle.result())
-    try:
-        while not result.done():
-            if on_progress is not None:
-                with contextlib.suppress(RPCError, WorkflowQueryFailedError):
-                    on_progress(await handle.query(PROGRESS_QUERY, result_type=BackfillProgress))
-            await asyncio.wait({result}, timeout=poll_interval)
-        final = result.result()
-    finally:
-        if not result.done():
-            result.cancel()
-    if on_progress is not None:
-        on_progress(final)
-    return final
+    return await follow_workflow(
+        client,
+        workflow_id,
+        query=PROGRESS_QUERY,
+        result_type=BackfillProgress,
+        on_progress=on_progress,
+        poll_interval=poll_interval,
+    )
 
 
 async def run_backfill(

@@ -185,6 +185,9 @@ def cmd_recurate(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE if exc.usage else EXIT_ERROR
 
+    from tempomem.follow import TurnBar, follow_workflow
+    from workflows.recurate import PROGRESS_QUERY, RecurateProgress
+
     async def main() -> RecurateProgress:
         client = await _connect(store.config)
         handle = await start_recurate(client, store, req)
@@ -192,7 +195,18 @@ def cmd_recurate(args: argparse.Namespace) -> int:
         async with _maybe_worker(client, store, enabled=args.worker) as worker:
             if worker is None:
                 await note_missing_worker(client, store)
-            return await handle.result()
+            bar = None if args.json else TurnBar(total=archived_in_range(store, req), desc=req.run_id)
+            try:
+                return await follow_workflow(
+                    client,
+                    handle.id,
+                    query=PROGRESS_QUERY,
+                    result_type=RecurateProgress,
+                    on_progress=(lambda p: bar.show(p.turns, None, progress_postfix(p))) if bar else None,
+                )
+            finally:
+                if bar is not None:
+                    bar.close()
 
     from temporalio.client import WorkflowFailureError
 
@@ -222,6 +236,20 @@ def cmd_recurate(args: argparse.Namespace) -> int:
     else:
         print(summary_line(final, req))
     return EXIT_OK if final.dead == 0 and final.pending == 0 else EXIT_ERROR
+
+
+def archived_in_range(store: MemoryStore, req: RecurateRequest) -> int | None:
+    """How many archived turns the range holds on this host (the bar's total), or None when this host
+    has no archive (the worker may run elsewhere). Ids and days only: nothing is read from the turns."""
+    from activities.recurate import archived_count
+
+    return archived_count(store.root, since=req.since, until=req.until) or None
+
+
+def progress_postfix(p: RecurateProgress) -> str:
+    if p.model_calls:
+        return f"model calls={p.model_calls}"
+    return f"admitted={p.admitted} dup={p.duplicates} resolved={p.resolved} dead={p.dead}"
 
 
 def failure_category(exc: BaseException) -> str:

@@ -335,6 +335,9 @@ async def test_recurate_dry_run_then_real_run_then_rerun(
         assert cli.returncode == 0, cli.stderr
         assert cli.stdout == (store.root / RECURATE_DIR / "cli1.diff").read_text()
         assert VEGAN in cli.stdout and "+++ b/daily/" in cli.stdout and "1 files would change" in cli.stderr
+        # The progress bar (stderr): archived turns of the range as its total, counts only, no text.
+        assert "cli1: 100%" in cli.stderr and "1/1" in cli.stderr and "model calls=3" in cli.stderr
+        assert all(needle not in cli.stderr for needle in SECRETS)
         assert tree_digest(store.root) == before
 
         # Real run, same run id: the very ids the dry run showed.
