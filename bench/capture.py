@@ -2,6 +2,11 @@
 at 20 concurrent turns), beside a bare workflow of four no-op activities in the same run.
 
 Prints figures and ratios; asserts nothing. Usage: python bench/capture.py [--turns 20] [--sequential 8]
+
+It also prints, per step of the sequential turns, the median dispatch time (scheduled → started, through
+the dev server) and work time (started → completed) read from the workflow histories.
+``BENCH_DEV_ARGS`` passes extra dev-server flags, e.g.
+``--dynamic-config-value system.enableActivityEagerExecution=true``.
 """
 
 from __future__ import annotations
