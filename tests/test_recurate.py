@@ -428,13 +428,70 @@ async def test_recurate_resumes_after_the_worker_stops_mid_run(client: Client, t
     async with running_worker(client, store):
         # The first child resolved and the second record is admitted, its extraction still in flight.
         await wait_until(
-            lambda: _state(store, derived[0]) is RecordState.RESOLVED
-            and _state(store, derived[1]) is RecordState.PENDING
+            lambda: (
+                _state(store, derived[0]) is RecordState.RESOLVED
+                and _state(store, derived[1]) is RecordState.PENDING
+            )
         )
     assert _state(store, derived[1]) is RecordState.PENDING  # stopped mid-run
 
     async with running_worker(client, store):
         final = await handle.result()
+    assert (final.turns, final.resolved, final.dead, final.pending) == (2, 2, 0, 0)
+    assert final.admitted + final.duplicates == 2
+    assert {_state(store, d) for d in derived} == {RecordState.RESOLVED}
+    assert daily_bytes(store.root) == before  # both facts unchanged: structural NOOPs, nothing written
+
+
+async def test_recurate_resumes_after_its_worker_process_is_killed(
+    client: Client, tmp_path: Path, model
+) -> None:
+    """Issue #6 item 2, the hard case: the `tempomem worker` process is SIGKILLed (no drain, no cleanup)
+    while a re-curation's second child is extracting. A new worker finishes the run: every archived turn
+    re-admitted and resolved exactly once, unchanged facts NOOP, nothing written twice."""
+    import asyncio
+    import signal
+
+    store = capture_store(tmp_path, client, model)
+    model.push(*[echo_model] * 4)
+    async with running_worker(client, store):
+        for i, (key, at) in enumerate((("bike", T1), ("Lisbon", T1 + timedelta(hours=1)))):
+            result = await store.persist_completed_turn(turn(f"kill-{i}", at, user=f"About {key}."))
+            assert (await outcome_of(client, result.intake_id)).state == "resolved"
+    before = daily_bytes(store.root)
+    originals = [t.id for t in TurnArchive(store.root).turns(since=T1.date())]
+    derived = [intake_id(f"recurate:kill1:{o}") for o in originals]
+
+    model.push(echo_model, echo_model, Delay(6, then=echo_model), *[echo_model] * 6)
+    handle = await start_recurate(client, store, make_request(store, since=DAY1, run_id="kill1"))
+    cfg = store.root.parent / "worker.json"
+    memory = store.config.memory.model_dump(by_alias=True, exclude_none=True)
+    cfg.write_text(
+        json.dumps({"memory": memory, "temporal": {"address": client.service_client.config.target_host}})
+    )
+    log = (tmp_path / "worker.log").open("wb")
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tempomem.cli", "--config", str(cfg), "worker", cwd=REPO, stdout=log, stderr=log
+    )
+    try:
+        await wait_until(
+            lambda: (
+                _state(store, derived[0]) is RecordState.RESOLVED
+                and _state(store, derived[1]) is RecordState.PENDING
+            ),
+            timeout=90,
+        )
+        worker.send_signal(signal.SIGKILL)
+        assert await worker.wait() == -signal.SIGKILL
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+        log.close()
+    assert _state(store, derived[1]) is RecordState.PENDING  # killed mid-run
+
+    async with running_worker(client, store):
+        final = await asyncio.wait_for(handle.result(), 120)
     assert (final.turns, final.resolved, final.dead, final.pending) == (2, 2, 0, 0)
     assert final.admitted + final.duplicates == 2
     assert {_state(store, d) for d in derived} == {RecordState.RESOLVED}
