@@ -408,19 +408,24 @@ def echo_model(request: dict) -> str:
     return keep(1)
 
 
-async def test_recurate_resumes_after_the_worker_stops_mid_run(client: Client, tmp_path: Path, model) -> None:
-    """Issue #6 item 2: a worker stopped in the middle of a re-curation leaves it durable; the next worker
-    finishes it, every archived turn re-admitted exactly once, unchanged facts NOOP (no new lines)."""
+async def _two_archived_turns(client: Client, tmp_path: Path, model, run_id: str):
+    """A store with two curated, archived turns; (store, daily bytes, the intake ids ``run_id`` derives)."""
     store = capture_store(tmp_path, client, model)
     model.push(*[echo_model] * 4)
     async with running_worker(client, store):
         for i, (key, at) in enumerate((("bike", T1), ("Lisbon", T1 + timedelta(hours=1)))):
-            result = await store.persist_completed_turn(turn(f"res-{i}", at, user=f"About {key}."))
+            result = await store.persist_completed_turn(turn(f"{run_id}-{i}", at, user=f"About {key}."))
             assert (await outcome_of(client, result.intake_id)).state == "resolved"
-    before = daily_bytes(store.root)
     originals = [t.id for t in TurnArchive(store.root).turns(since=T1.date())]
-    derived = [intake_id(f"recurate:res1:{o}") for o in originals]
+    derived = [intake_id(f"recurate:{run_id}:{o}") for o in originals]
     assert len(derived) == 2
+    return store, daily_bytes(store.root), derived
+
+
+async def test_recurate_resumes_after_the_worker_stops_mid_run(client: Client, tmp_path: Path, model) -> None:
+    """Issue #6 item 2: a worker stopped in the middle of a re-curation leaves it durable; the next worker
+    finishes it, every archived turn re-admitted exactly once, unchanged facts NOOP (no new lines)."""
+    store, before, derived = await _two_archived_turns(client, tmp_path, model, "res1")
 
     # Turn 2's extraction is slow, so the worker stops while that child is in flight.
     model.push(echo_model, echo_model, Delay(3, then=echo_model), *[echo_model] * 6)
@@ -452,15 +457,7 @@ async def test_recurate_resumes_after_its_worker_process_is_killed(
     import asyncio
     import signal
 
-    store = capture_store(tmp_path, client, model)
-    model.push(*[echo_model] * 4)
-    async with running_worker(client, store):
-        for i, (key, at) in enumerate((("bike", T1), ("Lisbon", T1 + timedelta(hours=1)))):
-            result = await store.persist_completed_turn(turn(f"kill-{i}", at, user=f"About {key}."))
-            assert (await outcome_of(client, result.intake_id)).state == "resolved"
-    before = daily_bytes(store.root)
-    originals = [t.id for t in TurnArchive(store.root).turns(since=T1.date())]
-    derived = [intake_id(f"recurate:kill1:{o}") for o in originals]
+    store, before, derived = await _two_archived_turns(client, tmp_path, model, "kill1")
 
     model.push(echo_model, echo_model, Delay(6, then=echo_model), *[echo_model] * 6)
     handle = await start_recurate(client, store, make_request(store, since=DAY1, run_id="kill1"))
