@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from recall import connections  # noqa: E402
 from recall import profiles as P  # noqa: E402
 from recall.embedding import EmbeddingIdentity, l2_normalise  # noqa: E402
 from recall.index import MemoryIndex  # noqa: E402
@@ -400,11 +401,28 @@ def run_size(n: int, mode: str, n_queries: int, profiles: list[P.RecallProfile],
                 idx.search(f"ferry number {n} Tangier", limit=8)
                 after.append(time.perf_counter() - t)
             t_up = ups[0]
+            idle = []
+            for n in range(6, 9):
+                # As after the 10 s idle: the kept connections are closed, the process's snapshots stay.
+                connections.drop(idx.index_dir)
+                new = Bullet(
+                    signifier="–",
+                    text=f"Zoe booked ferry number {n} to Tangier on 2026-03-03.",
+                    id=f"upsert-{n}",
+                    type="note",
+                    status="open",
+                    recorded=f"{day}T09:00:00Z",
+                )
+                append_bullets(root / "daily" / f"{day}.md", day, [new])
+                t = time.perf_counter()
+                idx.upsert([(day, new)])
+                idle.append(time.perf_counter() - t)
             second = idx.rebuild()
             print(
                 f"\nincremental: append one line {t_md * 1000:.1f} ms, upsert it {t_up * 1000:.0f} ms cold "
                 f"(first write of the process), {pct(ups[1:], 50) * 1000:.0f} ms warm (median of the next "
-                f"{len(ups) - 1}); a search right after each upsert {pct(after, 50) * 1000:.0f} ms median "
+                f"{len(ups) - 1}), {pct(idle, 50) * 1000:.0f} ms once the connection closed (idle, median of "
+                f"{len(idle)}); a search right after each upsert {pct(after, 50) * 1000:.0f} ms median "
                 f"(FTS postings updated incrementally in the same transaction, AMB-32)"
             )
             print(
