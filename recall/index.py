@@ -831,7 +831,7 @@ class MemoryIndex:
         finally:
             # Also after a heal, or when a crash left the table ahead of the manifest: readers key their
             # vector snapshot on the manifest.
-            version = int(table.version) if table is not None else None
+            version = _table_version(table)
             if changed or removed or (version is not None and manifest.get("vectors_version") != version):
                 # Keep the generation's own identity: a Lite caller may upsert into a hybrid generation.
                 written = self._write_manifest(
@@ -1164,6 +1164,17 @@ def _read_table(gen_dir: Path) -> Any:
             del _READ_TABLES[other]  # one generation per index folder
         _READ_TABLES[key] = (ident, table)
     return table
+
+
+def _table_version(table: Any) -> int | None:
+    """The table's version, or None without a table or when LanceDB cannot say (never masks the error
+    that is already on its way out of an upsert)."""
+    if table is None:
+        return None
+    try:
+        return int(table.version)
+    except Exception:  # LanceDB raises several types; the caller only leaves a manifest field out
+        return None
 
 
 def _vector_version(gen_dir: Path, table: Any) -> tuple[int, ...]:
