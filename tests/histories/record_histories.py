@@ -26,7 +26,29 @@ HERE = Path(__file__).parent
 T0 = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
 
 
+# A BuJo turn whose only memory is the owner's labelled preference: nothing is eligible for review.
+PREFERENCE_ONLY = json.dumps(
+    {
+        "memories": [
+            {
+                "text": "The user prefers tea over coffee.",
+                "kind": "preference",
+                "source": "user",
+                "salience": 0.8,
+                "entities": [],
+                "labels": [{"kind": "preference", "scope": "agent", "key": "drink:hot", "value": "tea"}],
+            }
+        ],
+        "entities": [],
+        "relations": [],
+    }
+)
+
+
 async def record(env: WorkflowEnvironment, name: str, *, fail_first: bool) -> None:
+    if name.startswith("capture_bujo"):
+        await record_bujo(env, name)
+        return
     client = env.client
     with tempfile.TemporaryDirectory() as tmp:
         store = make_store(Path(tmp) / "mem", client, mode="lite")
@@ -53,12 +75,41 @@ async def record(env: WorkflowEnvironment, name: str, *, fail_first: bool) -> No
     print(f"{name}: {outcome}")
 
 
+async def record_bujo(env: WorkflowEnvironment, name: str) -> None:
+    """A BuJo capture through extraction, review and reconciliation with the scripted model."""
+    from tests.scripted_model import ScriptedModelServer
+
+    client = env.client
+    with tempfile.TemporaryDirectory() as tmp, ScriptedModelServer() as model:
+        llm = {"provider": "ollama", "model": "scripted", "endpoint": model.url}
+        store = make_store(Path(tmp) / "mem", client, mode="bujo", llm=llm)
+        model.push(PREFERENCE_ONLY)
+        turn = CompletedTurn(
+            run_id=f"history-{name}",
+            conversation_id="history:conv",
+            speaker_kind="human-turn",
+            user_text="I prefer tea over coffee.",
+            final_answer="Noted: tea.",
+            admitted_at=T0,
+        )
+        result = await store.persist_completed_turn(turn)
+        handle = client.get_workflow_handle(capture_workflow_id(result.intake_id), result_type=CaptureOutcome)
+        async with running_worker(client, store):
+            outcome = await handle.result()
+        history = await handle.fetch_history()
+        store.close()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    print(f"{name}: {outcome}")
+
+
 RECORDINGS = {
     # Recorded before search attributes existed: they prove the workflow.patched path replays.
     "capture_lite_resolved": False,
     "capture_lite_retry_then_resolved": True,
     # Recorded with search attributes registered (patch "search-attributes-v1" taken).
     "capture_lite_retry_search_attributes": True,
+    # BuJo, recorded before an extraction with nothing eligible skipped the review activity: review runs.
+    "capture_bujo_review_ran": False,
 }
 
 
