@@ -115,7 +115,8 @@ class CurationActivities:
         try:
             payload, plan = self._load(inp)
             if plan is not None:  # CAP-75: the retained plan is reused, never re-extracted
-                return StageResult(0, len(plan.live()), plan.digest())
+                plan = self._settle_review(inp, payload, plan)
+                return StageResult(0, len(plan.live()), plan.digest(), review_needed=not plan.reviewed)
             s = self.settings
             messages = prompts.extraction_messages(
                 admitted_at=parse_instant(payload.admitted_at),
@@ -133,10 +134,20 @@ class CurationActivities:
                 trigger_kind=payload.trigger_kind,
                 has_user_text=bool(payload.capture_user_text),
             )
+            if not review_lines(plan, owner_turn=_owner_turn(payload)):
+                plan = plan.model_copy(update={"reviewed": True})  # CAP-06, CAP-41: in the same save
             self._save(inp, plan)
         except (LlmError, ContractViolation, CaptureFailure, IntakeError) as exc:
             raise _failure(exc) from None
-        return StageResult(1, len(plan.live()), plan.digest())
+        return StageResult(1, len(plan.live()), plan.digest(), review_needed=not plan.reviewed)
+
+    def _settle_review(self, inp: CurationInput, payload: IntakePayload, plan: RetainedPlan) -> RetainedPlan:
+        """A retained plan with nothing eligible for review is marked reviewed, as the review stage would."""
+        if plan.reviewed or review_lines(plan, owner_turn=_owner_turn(payload)):
+            return plan
+        plan = plan.model_copy(update={"reviewed": True})
+        self._save(inp, plan)
+        return plan
 
     # -- review (CAP-40..CAP-48) ------------------------------------------------------------------------
     @activity.defn(name=REVIEW)
@@ -234,9 +245,7 @@ class CurationActivities:
                     ],
                     admitted_at=parse_instant(payload.admitted_at),
                 )
-                raw = await self._complete(
-                    prompt.messages, classifier=True, override=payload.model_override
-                )
+                raw = await self._complete(prompt.messages, classifier=True, override=payload.model_override)
                 parsed = parse_reconcile(raw, candidate_count=len(to_classify), target_ids=prompt.target_ids)
                 for (m, _), decision in zip(to_classify, parsed, strict=True):
                     target = by_id.get(decision.target_id) if decision.target_id else None

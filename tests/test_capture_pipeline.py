@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -95,6 +95,55 @@ async def test_capture_extracts_reviews_and_commits(client: Client, tmp_path: Pa
     history = await client.get_workflow_handle(capture_workflow_id(result.intake_id)).fetch_history()
     decoded = [base64.b64decode(d).decode("utf-8", "replace") for d in _payload_data(history.to_json_dict())]
     assert not [d for d in decoded if "vegetarian" in d or "restaurant" in d]
+
+
+def _activities(history) -> list[str]:
+    return [
+        e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for e in history.to_json_dict()["events"]
+        if "activityTaskScheduledEventAttributes" in e
+    ]
+
+
+async def test_review_stage_is_not_scheduled_when_nothing_is_eligible(
+    client: Client, tmp_path: Path, model
+) -> None:
+    """CAP-06 / CAP-41: with nothing eligible for review (the owner's labelled preference, or nothing
+    extracted) extraction marks the plan reviewed and the workflow skips the review activity (one
+    dispatch fewer, patch ``skip-empty-review-v1``); an eligible line still gets its review stage."""
+    store = capture_store(tmp_path, client, model)
+    preference = memory("The user prefers window seats.", kind="preference") | {
+        "labels": [{"kind": "preference", "scope": "agent", "key": "seat:plane", "value": "window"}]
+    }
+    model.push(
+        extraction(preference),  # a labelled owner preference: not eligible (CAP-40)
+        extraction(),  # nothing extracted
+        extraction(memory("The user's flat is on the 4th floor.")),  # an owner fact: eligible
+        json.dumps({"decisions": [{"line": 1, "decision": "keep"}]}),
+    )
+    results = []
+    async with running_worker(client, store):
+        # One at a time, so the scripted answers meet their turns in order.
+        for i, text in enumerate(["I like window seats.", "Thanks!", "I live on the 4th floor."]):
+            r = await store.persist_completed_turn(
+                turn(f"rev-{i}", text, "Noted.", at=T1 + timedelta(minutes=i))
+            )
+            assert (await outcome_of(client, r.intake_id)).state == "resolved"
+            results.append(r)
+    stages = []
+    for r in results:
+        history = await client.get_workflow_handle(capture_workflow_id(r.intake_id)).fetch_history()
+        stages.append([a for a in _activities(history) if a.startswith("capture.")])
+    assert stages == [
+        ["capture.project", "capture.extract", "capture.reconcile"],
+        ["capture.project", "capture.extract", "capture.reconcile"],
+        ["capture.project", "capture.extract", "capture.review", "capture.reconcile"],
+    ]
+    assert len(model.calls) == 4  # three extractions and the one review call
+    assert sorted(b.text for b in bullets(store.root)) == [
+        "The user prefers window seats.",
+        "The user's flat is on the 4th floor.",
+    ]
 
 
 async def test_invalid_output_is_a_failed_attempt_then_the_retry_succeeds(

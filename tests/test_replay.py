@@ -26,6 +26,8 @@ def test_histories_are_checked_in() -> None:
         "capture_lite_resolved",
         "capture_lite_retry_then_resolved",
         "capture_lite_retry_search_attributes",
+        "capture_bujo_review_ran",
+        "capture_bujo_review_skipped",
     } <= names
 
 

@@ -40,6 +40,7 @@ _NO_RETRY = RetryPolicy(maximum_attempts=1)
 _SHORT = timedelta(seconds=30)
 _STAGE = timedelta(minutes=10)
 _HEARTBEAT = timedelta(seconds=10)
+SKIP_EMPTY_REVIEW = "skip-empty-review-v1"
 
 
 def failure_category(err: ActivityError) -> str:
@@ -126,9 +127,19 @@ class CaptureWorkflow:
         )
         if info.write_mode == "capture":
             curation = CurationInput(ref.intake_id, ref.store_id, final_attempt)
+            extracted: StageResult | None = None
             for stage, name in (("extraction", EXTRACT), ("review", REVIEW), ("reconciliation", RECONCILE)):
+                # Nothing eligible for review (CAP-06): extraction already marked the plan reviewed, so
+                # the stage is not scheduled (one dispatch fewer). Versioned: older histories ran it.
+                if (
+                    stage == "review"
+                    and extracted is not None
+                    and not extracted.review_needed
+                    and workflow.patched(SKIP_EMPTY_REVIEW)
+                ):
+                    continue
                 self._stage = stage
-                await workflow.execute_activity(
+                result: StageResult = await workflow.execute_activity(
                     name,
                     curation,
                     result_type=StageResult,
@@ -137,6 +148,8 @@ class CaptureWorkflow:
                     retry_policy=_NO_RETRY,
                     summary=stage,
                 )
+                if stage == "extraction":
+                    extracted = result
         self._stage = "resolve"
         await self._short(RESOLVE, ref, None)
         return projection.lines_added

@@ -73,6 +73,9 @@ class StageResult:
     model_calls: int
     items: int
     digest: str
+    # Extraction only: whether any line is eligible for review (CAP-40). False lets the workflow skip the
+    # review activity; absent from payloads recorded before it existed, hence True (review runs).
+    review_needed: bool = True
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,8 @@ RECORDINGS = {
     "capture_lite_retry_search_attributes": True,
     # BuJo, recorded before an extraction with nothing eligible skipped the review activity: review runs.
     "capture_bujo_review_ran": False,
+    # BuJo with patch "skip-empty-review-v1" taken: nothing eligible, so no review activity.
+    "capture_bujo_review_skipped": False,
 }
 
 
