@@ -381,8 +381,9 @@ def run_size(n: int, mode: str, n_queries: int, profiles: list[P.RecallProfile],
             )
         if last:
             day = "2025-12-31"
-            t_md, ups, after = 0.0, [], []
-            for n in range(6):
+
+            def append_ferry(n: int) -> tuple[Bullet, float]:
+                """Append line ``n`` to the day file; (the line, seconds the append took)."""
                 new = Bullet(
                     signifier="–",
                     text=f"Zoe booked ferry number {n} to Tangier on 2026-03-03.",
@@ -393,7 +394,11 @@ def run_size(n: int, mode: str, n_queries: int, profiles: list[P.RecallProfile],
                 )
                 t = time.perf_counter()
                 append_bullets(root / "daily" / f"{day}.md", day, [new])
-                t_md = time.perf_counter() - t
+                return new, time.perf_counter() - t
+
+            t_md, ups, after = 0.0, [], []
+            for n in range(6):
+                new, t_md = append_ferry(n)
                 t = time.perf_counter()
                 idx.upsert([(day, new)])
                 ups.append(time.perf_counter() - t)
@@ -405,15 +410,7 @@ def run_size(n: int, mode: str, n_queries: int, profiles: list[P.RecallProfile],
             for n in range(6, 9):
                 # As after the 10 s idle: the kept connections are closed, the process's snapshots stay.
                 connections.drop(idx.index_dir)
-                new = Bullet(
-                    signifier="–",
-                    text=f"Zoe booked ferry number {n} to Tangier on 2026-03-03.",
-                    id=f"upsert-{n}",
-                    type="note",
-                    status="open",
-                    recorded=f"{day}T09:00:00Z",
-                )
-                append_bullets(root / "daily" / f"{day}.md", day, [new])
+                new, _ = append_ferry(n)
                 t = time.perf_counter()
                 idx.upsert([(day, new)])
                 idle.append(time.perf_counter() - t)

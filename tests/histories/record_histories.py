@@ -46,22 +46,35 @@ PREFERENCE_ONLY = json.dumps(
 
 
 async def record(env: WorkflowEnvironment, name: str, *, fail_first: bool) -> None:
-    if name.startswith("capture_bujo"):
-        await record_bujo(env, name)
-        return
+    """Lite turns, or (``capture_bujo*``) a BuJo capture through the stages with the scripted model."""
+    from tests.scripted_model import ScriptedModelServer
+
     client = env.client
-    with tempfile.TemporaryDirectory() as tmp:
-        store = make_store(Path(tmp) / "mem", client, mode="lite")
+    with tempfile.TemporaryDirectory() as tmp, ScriptedModelServer() as model:
+        if name.startswith("capture_bujo"):
+            llm = {"provider": "ollama", "model": "scripted", "endpoint": model.url}
+            store = make_store(Path(tmp) / "mem", client, mode="bujo", llm=llm)
+            model.push(PREFERENCE_ONLY)
+            turn = CompletedTurn(
+                run_id=f"history-{name}",
+                conversation_id="history:conv",
+                speaker_kind="human-turn",
+                user_text="I prefer tea over coffee.",
+                final_answer="Noted: tea.",
+                admitted_at=T0,
+            )
+        else:
+            store = make_store(Path(tmp) / "mem", client, mode="lite")
+            turn = CompletedTurn(
+                run_id=f"history-{name}",
+                conversation_id="history:conv",
+                final_answer="Recorded for replay tests.",
+                admitted_at=T0,
+            )
         if fail_first:
             # A file where the daily/ folder belongs: projection fails with storage_error until removed.
-            store.root.mkdir(parents=True)
+            store.root.mkdir(parents=True, exist_ok=True)
             (store.root / "daily").write_text("")
-        turn = CompletedTurn(
-            run_id=f"history-{name}",
-            conversation_id="history:conv",
-            final_answer="Recorded for replay tests.",
-            admitted_at=T0,
-        )
         result = await store.persist_completed_turn(turn)
         handle = client.get_workflow_handle(capture_workflow_id(result.intake_id), result_type=CaptureOutcome)
         async with running_worker(client, store):
@@ -69,32 +82,6 @@ async def record(env: WorkflowEnvironment, name: str, *, fail_first: bool) -> No
                 while store.intake.view(result.intake_id, now=T0).failure_category is None:
                     await asyncio.sleep(0.1)
                 (store.root / "daily").unlink()
-            outcome = await handle.result()
-        history = await handle.fetch_history()
-    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
-    print(f"{name}: {outcome}")
-
-
-async def record_bujo(env: WorkflowEnvironment, name: str) -> None:
-    """A BuJo capture through extraction, review and reconciliation with the scripted model."""
-    from tests.scripted_model import ScriptedModelServer
-
-    client = env.client
-    with tempfile.TemporaryDirectory() as tmp, ScriptedModelServer() as model:
-        llm = {"provider": "ollama", "model": "scripted", "endpoint": model.url}
-        store = make_store(Path(tmp) / "mem", client, mode="bujo", llm=llm)
-        model.push(PREFERENCE_ONLY)
-        turn = CompletedTurn(
-            run_id=f"history-{name}",
-            conversation_id="history:conv",
-            speaker_kind="human-turn",
-            user_text="I prefer tea over coffee.",
-            final_answer="Noted: tea.",
-            admitted_at=T0,
-        )
-        result = await store.persist_completed_turn(turn)
-        handle = client.get_workflow_handle(capture_workflow_id(result.intake_id), result_type=CaptureOutcome)
-        async with running_worker(client, store):
             outcome = await handle.result()
         history = await handle.fetch_history()
         store.close()
