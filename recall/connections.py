@@ -71,6 +71,10 @@ class _Anchor:
 
 _ANCHORS: dict[str, _Anchor] = {}
 _POLLER: threading.Thread | None = None
+# Held by the poller while it closes connections: at exit, ``_close_all`` waits on it, so no connection is
+# still being closed from the daemon thread while the interpreter finalises (a C++ abort, seen in CI).
+_CLOSING = threading.Lock()
+_SHUTDOWN = False
 
 
 def identity(db: Path) -> tuple[int, ...] | None:
@@ -87,11 +91,12 @@ def identity(db: Path) -> tuple[int, ...] | None:
 
 
 def _forget_after_fork() -> None:
-    global _PID
+    global _PID, _CLOSING
     if os.getpid() != _PID:
         _ENTRIES.clear()  # the parent's connections are not ours to close
         _ANCHORS.clear()
         _DOOMED.clear()
+        _CLOSING = threading.Lock()  # the parent's poller may have held it at the fork
         _PID = os.getpid()
 
 
@@ -264,7 +269,7 @@ def _poll() -> None:
         time.sleep(POLL_SECONDS)
         closing = []
         with _LOCK:
-            if os.getpid() != _PID:
+            if os.getpid() != _PID or _SHUTDOWN:
                 return
             now = time.monotonic()
             for key, anchor in list(_ANCHORS.items()):
@@ -276,8 +281,12 @@ def _poll() -> None:
             done = not _ANCHORS and not _ENTRIES
             if done:
                 _POLLER = None
-        for con in closing:
-            con.close()
+            _CLOSING.acquire()  # taken under _LOCK: _close_all cannot slip in between
+        try:
+            for con in closing:
+                con.close()
+        finally:
+            _CLOSING.release()
         if done:
             return
 
@@ -286,14 +295,16 @@ def _poll() -> None:
 def _close_all() -> None:
     """Close every kept connection before the interpreter finalises: a connection closed later, from a
     daemon thread, would release DuckDB's GIL state in a dying interpreter (a fatal error at exit)."""
-    global _POLLER
+    global _POLLER, _SHUTDOWN
     with _LOCK:
         if os.getpid() != _PID:
             return
+        _SHUTDOWN = True  # the poller stops at its next turn
         closing = [e.con for e in _ENTRIES.values()] + [a.con for a in _ANCHORS.values()]
         _ENTRIES.clear()
         _ANCHORS.clear()
         _POLLER = None
-    for con in closing:
-        with contextlib.suppress(Exception):
-            con.close()
+    with _CLOSING:  # wait for a close the poller has in flight
+        for con in closing:
+            with contextlib.suppress(Exception):
+                con.close()
