@@ -115,8 +115,12 @@ class CurationActivities:
         try:
             payload, plan = self._load(inp)
             if plan is not None:  # CAP-75: the retained plan is reused, never re-extracted
-                plan = self._settle_review(inp, payload, plan)
-                return StageResult(0, len(plan.live()), plan.digest(), review_needed=not plan.reviewed)
+                settled = _reviewed_if_nothing_eligible(plan, payload)
+                if settled is not plan:
+                    self._save(inp, settled)
+                return StageResult(
+                    0, len(settled.live()), settled.digest(), review_needed=not settled.reviewed
+                )
             s = self.settings
             messages = prompts.extraction_messages(
                 admitted_at=parse_instant(payload.admitted_at),
@@ -134,20 +138,11 @@ class CurationActivities:
                 trigger_kind=payload.trigger_kind,
                 has_user_text=bool(payload.capture_user_text),
             )
-            if not review_lines(plan, owner_turn=_owner_turn(payload)):
-                plan = plan.model_copy(update={"reviewed": True})  # CAP-06, CAP-41: in the same save
+            plan = _reviewed_if_nothing_eligible(plan, payload)  # in the same save
             self._save(inp, plan)
         except (LlmError, ContractViolation, CaptureFailure, IntakeError) as exc:
             raise _failure(exc) from None
         return StageResult(1, len(plan.live()), plan.digest(), review_needed=not plan.reviewed)
-
-    def _settle_review(self, inp: CurationInput, payload: IntakePayload, plan: RetainedPlan) -> RetainedPlan:
-        """A retained plan with nothing eligible for review is marked reviewed, as the review stage would."""
-        if plan.reviewed or review_lines(plan, owner_turn=_owner_turn(payload)):
-            return plan
-        plan = plan.model_copy(update={"reviewed": True})
-        self._save(inp, plan)
-        return plan
 
     # -- review (CAP-40..CAP-48) ------------------------------------------------------------------------
     @activity.defn(name=REVIEW)
@@ -356,6 +351,14 @@ class CurationActivities:
 def commit_step(step: str) -> None:
     """Seam for crash tests: called after each commit boundary (intent, markdown, graph, sidecar, index,
     committed). A SIGKILL here must replay to the same bytes without another model call (RPL-07)."""
+
+
+def _reviewed_if_nothing_eligible(plan: RetainedPlan, payload: IntakePayload) -> RetainedPlan:
+    """CAP-06 / CAP-41: a plan with no line eligible for review is marked reviewed, as the review stage
+    would mark it; the same plan object when it is reviewed already or something is eligible."""
+    if plan.reviewed or review_lines(plan, owner_turn=_owner_turn(payload)):
+        return plan
+    return plan.model_copy(update={"reviewed": True})
 
 
 def _owner_turn(payload: IntakePayload) -> bool:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
 
     from activities.context import StoreContext
+    from tempomem.follow import TurnBar
     from tempomem.store import MemoryStore
     from workflows.backfill import BackfillProgress
     from workflows.consolidation import ConsolidationResult
@@ -274,27 +275,21 @@ class ProgressBar:
 
     def __init__(self, stream: IO[str] | None = None, *, use_tqdm: bool = True) -> None:
         self.stream = stream or sys.stderr
-        self._tqdm: Any = None
+        self._tqdm: TurnBar | None = None
         self._last = ""
         if use_tqdm:
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                tqdm = None
-            if tqdm is not None:
-                self._tqdm = tqdm(total=None, unit="turn", file=self.stream, dynamic_ncols=True, leave=True)
+            from tempomem.follow import TurnBar
+
+            with contextlib.suppress(ImportError):  # no tqdm: the plain text bar below
+                self._tqdm = TurnBar(total=None, stream=self.stream)
 
     def update(self, p: BackfillProgress) -> None:
         if self._tqdm is not None:
-            bar = self._tqdm
-            if p.total and bar.total != p.total:
-                bar.total = p.total
-            bar.n = p.settled
-            bar.set_postfix_str(
+            self._tqdm.show(
+                p.settled,
+                p.total,
                 f"admitted={p.admitted} dup={p.duplicates} bad={p.bad_lines} inflight={p.in_flight}",
-                refresh=False,
             )
-            bar.refresh()
             return
         text = self.render(p)
         if text == self._last:

@@ -51,7 +51,7 @@ async def follow_workflow(
 class TurnBar:
     """A tqdm bar over turns with a one-line postfix of counts (stderr by default)."""
 
-    def __init__(self, *, total: int | None, desc: str, stream: IO[str] | None = None) -> None:
+    def __init__(self, *, total: int | None, desc: str | None = None, stream: IO[str] | None = None) -> None:
         from tqdm import tqdm
 
         self.bar: Any = tqdm(

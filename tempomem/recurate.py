@@ -48,6 +48,7 @@ class RecurateRequest:
     model: str | None
     dry_run: bool
     run_id: str
+    archived: int  # archived turns in the range when the request was made (the progress bar's total)
 
 
 def recurate_worker_extras(ctx: StoreContext) -> tuple[list[type], list[Callable[..., Any]]]:
@@ -91,13 +92,16 @@ def make_request(
     run_id = run_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     if not RUN_ID.fullmatch(run_id):
         raise RecurateRequestError("--run-id must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}", usage=True)
-    if archived_count(store.root, since=first, until=last) == 0:
+    archived = archived_count(store.root, since=first, until=last)
+    if archived == 0:
         raise RecurateRequestError(
             f"no archived turns admitted {first} .. {last or 'now'} in {store.root / '.turn-archive'} "
             f"(turns are archived when their capture resolves and kept memory.capture.turnArchiveDays = "
             f"{store.turn_archive_days} days)"
         )
-    return RecurateRequest(since=first, until=last, model=model, dry_run=dry_run, run_id=run_id)
+    return RecurateRequest(
+        since=first, until=last, model=model, dry_run=dry_run, run_id=run_id, archived=archived
+    )
 
 
 async def start_recurate(
@@ -195,14 +199,16 @@ def cmd_recurate(args: argparse.Namespace) -> int:
         async with _maybe_worker(client, store, enabled=args.worker) as worker:
             if worker is None:
                 await note_missing_worker(client, store)
-            bar = None if args.json else TurnBar(total=archived_in_range(store, req), desc=req.run_id)
+            bar = None if args.json else TurnBar(total=req.archived, desc=req.run_id)
             try:
                 return await follow_workflow(
                     client,
                     handle.id,
                     query=PROGRESS_QUERY,
                     result_type=RecurateProgress,
-                    on_progress=(lambda p: bar.show(p.turns, None, progress_postfix(p))) if bar else None,
+                    on_progress=(lambda p: bar.show(p.turns, req.archived, progress_postfix(p)))
+                    if bar
+                    else None,
                 )
             finally:
                 if bar is not None:
@@ -236,14 +242,6 @@ def cmd_recurate(args: argparse.Namespace) -> int:
     else:
         print(summary_line(final, req))
     return EXIT_OK if final.dead == 0 and final.pending == 0 else EXIT_ERROR
-
-
-def archived_in_range(store: MemoryStore, req: RecurateRequest) -> int | None:
-    """How many archived turns the range holds on this host (the bar's total), or None when this host
-    has no archive (the worker may run elsewhere). Ids and days only: nothing is read from the turns."""
-    from activities.recurate import archived_count
-
-    return archived_count(store.root, since=req.since, until=req.until) or None
 
 
 def progress_postfix(p: RecurateProgress) -> str:
