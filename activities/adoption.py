@@ -13,10 +13,10 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from activities.curation import plan_edges
-from activities.plan import RetainedPlan
-from storage import replay_projection
-from storage.intake import Intake, RecordState
+from tempomem.activities.curation import plan_edges
+from tempomem.activities.plan import RetainedPlan
+from tempomem.storage import replay_projection
+from tempomem.storage.intake import Intake, RecordState
 
 
 class AdoptionReport(BaseModel):

@@ -40,9 +40,9 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.context import StoreContext, utc_now
-from activities.heartbeat import run_blocking
-from storage.intake import (
+from tempomem.activities.context import StoreContext, utc_now
+from tempomem.activities.heartbeat import run_blocking
+from tempomem.storage.intake import (
     Intake,
     IntakeCapacityError,
     IntakeConflictError,
@@ -51,10 +51,10 @@ from storage.intake import (
     RecordState,
     UnknownRecordError,
 )
-from storage.intake import admit_turn as admit_turn_once
-from storage.limits import MIB
-from storage.turn import AdmissionStatus, CompletedTurn
-from workflows.backfill import (
+from tempomem.storage.intake import admit_turn as admit_turn_once
+from tempomem.storage.limits import MIB
+from tempomem.storage.turn import AdmissionStatus, CompletedTurn
+from tempomem.workflows.backfill import (
     ADMIT_BATCH,
     RECORD_STATE,
     AdmitBatchInput,
@@ -62,7 +62,7 @@ from workflows.backfill import (
     BackfillSource,
     BadLine,
 )
-from workflows.common import RecordRef
+from tempomem.workflows.common import RecordRef
 
 MAX_LINE_BYTES = 8 * MIB  # a longer JSONL line is reported (line_too_long) and skipped
 MAX_REASON_ERRORS = 3

@@ -20,10 +20,10 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 
-from activities.context import StoreContext
-from activities.heartbeat import run_blocking
-from storage.consolidation import consolidate
-from workflows.consolidation import (
+from tempomem.activities.context import StoreContext
+from tempomem.activities.heartbeat import run_blocking
+from tempomem.storage.consolidation import consolidate
+from tempomem.workflows.consolidation import (
     CONSOLIDATE,
     CONSOLIDATION_WORKFLOW,
     ConsolidationInput,

@@ -7,14 +7,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from storage.intake import Intake
-from storage.store_ref import store_id
-from storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
+from tempomem.storage.intake import Intake
+from tempomem.storage.store_ref import store_id
+from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from temporalio.client import Client
 
-    from recall.embedding import EmbeddingProvider
+    from tempomem.activities.llm import HostModelClient, ProviderEndpoint
+    from tempomem.recall.embedding import EmbeddingProvider
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,10 @@ class CaptureSettings:
     llm_endpoint: str | None = None
     timeout_ms: int = 60_000
     reconcile_model: str | None = None  # an agent-host reference used for classification only (CAP-08)
-    reconcile_endpoint: str | None = None
+    # Resolved at start from the config and the environment; in memory only, never logged (repr=False).
+    llm_api_key: str | None = field(default=None, repr=False)
+    providers: Mapping[str, ProviderEndpoint] = field(default_factory=dict, repr=False)
+    host_client: HostModelClient | None = field(default=None, repr=False)
     focus: str | None = None
     only: tuple[str, ...] | None = None
     intent_lifecycle: bool = False

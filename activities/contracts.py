@@ -36,9 +36,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic.functional_validators import AfterValidator
 from pydantic_core import PydanticCustomError
 
-from storage.consolidation import lexical_key
-from storage.credentials import unsafe_reason
-from storage.limits import CAPTURE_COMPLETION_MAX_UTF16, EXTRACTION_MAX_MEMORIES
+from tempomem.storage.consolidation import lexical_key
+from tempomem.storage.credentials import unsafe_reason
+from tempomem.storage.limits import CAPTURE_COMPLETION_MAX_UTF16, EXTRACTION_MAX_MEMORIES
 
 # -- bounds (AMB-22, AMB-23, AMB-25) -------------------------------------------------------------------------
 MAX_ENTITIES = 24

@@ -16,18 +16,18 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import prompts
-from activities.context import CaptureSettings, StoreContext, utc_now
-from activities.contracts import (
+from tempomem.activities import prompts
+from tempomem.activities.context import CaptureSettings, StoreContext, utc_now
+from tempomem.activities.contracts import (
     ContractViolation,
     is_exact_duplicate,
     parse_extraction,
     parse_reconcile,
     parse_review,
 )
-from activities.heartbeat import heartbeating, run_blocking
-from activities.llm import ChatModel, LlmError, make_chat_model
-from activities.plan import (
+from tempomem.activities.heartbeat import heartbeating, run_blocking
+from tempomem.activities.llm import ChatModel, LlmError, ModelNotConfigured, chat_model_for
+from tempomem.activities.plan import (
     INTENT_STATUS,
     Existing,
     PlanDecision,
@@ -41,13 +41,13 @@ from activities.plan import (
     passes_only,
     review_lines,
 )
-from storage import graph, replay_projection
-from storage.fsio import atomic_write, exclusive_lock
-from storage.intake import FailureCategory, IntakeError, IntakePayload, parse_instant
-from storage.limits import SAME_ENTITY_LINES, SEMANTIC_EVIDENCE_COSINE
-from storage.markdown import Bullet, append_bullets, iter_bullets, read_document, serialize_document
-from storage.store_ref import STORE_LOCK
-from workflows.common import EXTRACT, RECONCILE, REVIEW, CurationInput, StageResult
+from tempomem.storage import graph, replay_projection
+from tempomem.storage.fsio import atomic_write, exclusive_lock
+from tempomem.storage.intake import FailureCategory, IntakeError, IntakePayload, parse_instant
+from tempomem.storage.limits import SAME_ENTITY_LINES, SEMANTIC_EVIDENCE_COSINE
+from tempomem.storage.markdown import Bullet, append_bullets, iter_bullets, read_document, serialize_document
+from tempomem.storage.store_ref import STORE_LOCK
+from tempomem.workflows.common import EXTRACT, RECONCILE, REVIEW, CurationInput, StageResult
 
 log = logging.getLogger("tempomem.capture")
 CLOSE_CANDIDATES = 8  # AMB-17
@@ -63,6 +63,8 @@ def _failure(exc: BaseException) -> ApplicationError:
     """Content-free: a bounded category and the exception type; never model output or memory text."""
     if isinstance(exc, LlmError):
         category = exc.category
+    elif isinstance(exc, ModelNotConfigured):  # a model setting nothing can serve (also refused at start)
+        category = FailureCategory.LLM_ERROR.value
     elif isinstance(exc, ContractViolation):
         category = FailureCategory.INVALID_OUTPUT.value
     elif isinstance(exc, CaptureFailure):
@@ -87,10 +89,7 @@ class CurationActivities:
     def _model(self, *, classifier: bool = False, override: str | None = None) -> ChatModel:
         """The configured chat model; ``override`` (a re-curation record's model name, issue #6) replaces
         ``memory.llm.model`` on the same provider and endpoint. A separate classifier reference stays."""
-        s = self.settings
-        if classifier and s.reconcile_model:
-            return make_chat_model("agent-host", s.reconcile_model, s.reconcile_endpoint or s.llm_endpoint)
-        return make_chat_model(s.llm_provider, override or s.llm_model, s.llm_endpoint)
+        return chat_model_for(self.settings, classifier=classifier, override=override)
 
     def _load(self, inp: CurationInput) -> tuple[IntakePayload, RetainedPlan | None]:
         self.ctx.check(inp.store_id)
@@ -265,7 +264,7 @@ class CurationActivities:
 
     def _close_lines(self, m: PlanMemory, existing: list[Existing]) -> tuple[str, ...]:
         """AMB-17: up to 8 live lines with stored-vector cosine ≥ 0.5, plus up to 3 same-entity lines."""
-        from recall.index import MemoryIndex
+        from tempomem.recall.index import MemoryIndex
 
         live_ids = {e.id for e in existing}
         close: list[str] = []
@@ -278,7 +277,7 @@ class CurationActivities:
 
     # -- commit (RPL-06): Markdown + graph → sidecar → index → verify; the receipt retires it -----------
     def _commit(self, intake_id: str, payload: IntakePayload, plan: RetainedPlan) -> None:
-        from recall.index import MemoryIndex
+        from tempomem.recall.index import MemoryIndex
 
         root = self.ctx.root
         day = payload.admitted_at[:10]

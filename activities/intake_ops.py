@@ -6,9 +6,9 @@ from datetime import timedelta
 
 from temporalio import activity
 
-from activities.context import StoreContext, utc_now
-from storage.intake import FailureCategory, RecordState, UnknownRecordError
-from workflows.common import (
+from tempomem.activities.context import StoreContext, utc_now
+from tempomem.storage.intake import FailureCategory, RecordState, UnknownRecordError
+from tempomem.workflows.common import (
     BEGIN_ATTEMPT,
     DEAD_LETTER,
     RECORD_FAILURE,

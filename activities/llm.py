@@ -24,13 +24,18 @@ import json
 import logging
 import re
 import time
-from typing import Any, ClassVar, Literal, Protocol, TypedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypedDict
 
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from storage.limits import OLLAMA_ENDPOINT_DEFAULT
-from storage.tls import client_context
+from tempomem.storage.limits import OLLAMA_ENDPOINT_DEFAULT
+
+if TYPE_CHECKING:
+    from tempomem.activities.context import CaptureSettings
+from tempomem.storage.tls import client_context
 
 log = logging.getLogger(__name__)
 
@@ -240,27 +245,143 @@ class OpenAICompatChat(_HttpChat):
         return _string(message.get("content"), self.protocol)
 
 
+class HostModelClient(Protocol):
+    """The agent host's own model client, handed to tempomem in-process (``llm.provider: "agent-host"``).
+
+    ``complete`` gets the chat messages, the ``provider:model`` runtime reference the config names (the
+    host resolves it against its own provider registry), and ``json_mode=True`` (capture always asks for
+    one JSON object). It returns the model's text. tempomem bounds each call by ``memory.llm.timeoutMs``
+    and never retries it; any exception becomes a content-free ``llm_error`` (the durable retry budget
+    decides what happens next).
+    """
+
+    async def complete(self, messages: list[ChatMessage], *, model: str, json_mode: bool) -> str: ...
+
+
+class HostChat:
+    """``ChatModel`` over a ``HostModelClient`` (AMB-46 with a host runtime)."""
+
+    protocol: ClassVar[str] = "agent-host"
+
+    def __init__(self, client: HostModelClient, model: str) -> None:
+        if not AGENT_HOST_MODEL_REF.match(model):
+            raise ValueError("agent-host model must be a provider:model reference (AMB-46)")
+        self.client = client
+        self.model = model
+
+    def __repr__(self) -> str:
+        return f"HostChat(model={self.model!r})"
+
+    async def complete(self, messages: list[ChatMessage], *, timeout_s: float) -> str:
+        if not timeout_s > 0:
+            raise ValueError("timeout_s must be positive")
+        try:
+            async with asyncio.timeout(timeout_s):
+                text = await self.client.complete(
+                    [ChatMessage(role=m["role"], content=m["content"]) for m in messages],
+                    model=self.model,
+                    json_mode=True,
+                )
+        except TimeoutError:
+            raise LlmTimeout(f"agent-host model call exceeded {timeout_s:g} s") from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the host's own error may quote content: keep only its type
+            raise LlmUnavailable(f"agent-host model client failed ({type(exc).__name__})") from None
+        if not isinstance(text, str):
+            raise LlmProtocolError("agent-host model client returned no text")
+        return text
+
+
+class ModelNotConfigured(ValueError):
+    """No way to reach the model a setting names (say which setting; never a key)."""
+
+
+@dataclass(frozen=True)
+class ProviderEndpoint:
+    """One entry of the agent-host provider registry: an OpenAI-compatible endpoint and its key."""
+
+    endpoint: str
+    api_key: str | None = None
+
+
 def make_chat_model(
-    provider: str, model: str, endpoint: str | None, *, api_key: str | None = None
+    provider: str,
+    model: str,
+    endpoint: str | None,
+    *,
+    api_key: str | None = None,
+    host_client: HostModelClient | None = None,
+    providers: Mapping[str, ProviderEndpoint] | None = None,
 ) -> ChatModel:
     """Build the client for a ``memory.llm`` (or ``capture.reconcileModel``) setting.
 
     * ``ollama``: endpoint defaults to LIM-55.
-    * ``openai-compatible``: endpoint required.
-    * ``agent-host`` (AMB-46): ``model`` is a ``provider:model`` reference; the part after the first colon
-      is the model name sent to the OpenAI-compatible ``endpoint`` the caller resolved for that provider.
-      There is no host runtime in Python, so the endpoint is required.
+    * ``openai-compatible``: endpoint required; ``api_key`` sent as a bearer token.
+    * ``agent-host`` (AMB-46): ``model`` is a ``provider:model`` reference, resolved in this order: the
+      host's in-process ``host_client`` (gets the whole reference); the provider registry ``providers``
+      (``agentHost.providers`` in the config) for the reference's provider; ``endpoint`` (an
+      OpenAI-compatible server for the part after the first colon).
     """
     if provider == "ollama":
-        return OllamaChat(endpoint or OLLAMA_ENDPOINT_DEFAULT, model)
+        return OllamaChat(endpoint or OLLAMA_ENDPOINT_DEFAULT, model, api_key)
     if provider == "openai-compatible":
         if endpoint is None:
-            raise ValueError('provider "openai-compatible" needs an endpoint')
+            raise ModelNotConfigured('provider "openai-compatible" needs an endpoint')
         return OpenAICompatChat(endpoint, model, api_key)
     if provider == "agent-host":
         if not AGENT_HOST_MODEL_REF.match(model):
-            raise ValueError("agent-host model must be a provider:model reference (AMB-46)")
+            raise ModelNotConfigured("agent-host model must be a provider:model reference (AMB-46)")
+        if host_client is not None:
+            return HostChat(host_client, model)
+        runtime, name = model.split(":", 1)
+        entry = (providers or {}).get(runtime)
+        if entry is not None:
+            return OpenAICompatChat(entry.endpoint, name, entry.api_key)
         if endpoint is None:
-            raise ValueError('provider "agent-host" needs the endpoint of its provider')
-        return OpenAICompatChat(endpoint, model.split(":", 1)[1], api_key)
-    raise ValueError(f"unknown chat provider {provider!r}")
+            raise ModelNotConfigured(
+                f"agent-host model {model!r}: no host model client was given, agentHost.providers has no "
+                f"{runtime!r} entry, and there is no endpoint"
+            )
+        return OpenAICompatChat(endpoint, name, api_key)
+    raise ModelNotConfigured(f"unknown chat provider {provider!r}")
+
+
+def chat_model_for(
+    settings: CaptureSettings, *, classifier: bool = False, override: str | None = None
+) -> ChatModel:
+    """The chat model of a capture stage (CAP-08). Extraction and review use ``memory.llm`` (``override``,
+    a re-curation's model name, replaces its model on the same provider). Classification uses
+    ``capture.reconcileModel`` when set: always through agent-host (CFG-15), inheriting the capture LLM's
+    endpoint and key only when that is agent-host too; with an Ollama or OpenAI-compatible capture LLM its
+    provider must come from the host client or ``agentHost.providers``."""
+    s = settings
+    if classifier and s.reconcile_model:
+        inherit = s.llm_provider == "agent-host"
+        return make_chat_model(
+            "agent-host",
+            s.reconcile_model,
+            s.llm_endpoint if inherit else None,
+            api_key=s.llm_api_key if inherit else None,
+            host_client=s.host_client,
+            providers=s.providers,
+        )
+    return make_chat_model(
+        s.llm_provider,
+        override or s.llm_model,
+        s.llm_endpoint,
+        api_key=s.llm_api_key,
+        host_client=s.host_client,
+        providers=s.providers,
+    )
+
+
+def check_capture_models(settings: CaptureSettings) -> None:
+    """Build every model capture will call, so a worker refuses to start on a setting it cannot serve
+    (raises ``ModelNotConfigured`` naming the setting) instead of failing each turn for 44 hours."""
+    chat_model_for(settings)
+    if settings.reconcile_model:
+        try:
+            chat_model_for(settings, classifier=True)
+        except ModelNotConfigured as exc:
+            raise ModelNotConfigured(f"memory.capture.reconcileModel: {exc}") from None

@@ -15,8 +15,8 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from activities.contracts import ExtractionPlan, ReconcileDecision, ReviewDecision, ReviewLine
-from storage.limits import ASSISTANT_SALIENCE_FLOOR
+from tempomem.activities.contracts import ExtractionPlan, ReconcileDecision, ReviewDecision, ReviewLine
+from tempomem.storage.limits import ASSISTANT_SALIENCE_FLOOR
 
 PLAN_VERSION = 1
 Action = Literal["ADD", "UPDATE", "SUPERSEDE", "NOOP", "DROP"]

@@ -7,13 +7,13 @@ import asyncio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.context import StoreContext
-from activities.heartbeat import run_blocking
-from storage.fsio import exclusive_lock
-from storage.intake import FailureCategory, IntakeError
-from storage.projection import project
-from storage.store_ref import STORE_LOCK
-from workflows.common import PROJECT, ProjectionResult, RecordRef
+from tempomem.activities.context import StoreContext
+from tempomem.activities.heartbeat import run_blocking
+from tempomem.storage.fsio import exclusive_lock
+from tempomem.storage.intake import FailureCategory, IntakeError
+from tempomem.storage.projection import project
+from tempomem.storage.store_ref import STORE_LOCK
+from tempomem.workflows.common import PROJECT, ProjectionResult, RecordRef
 
 
 class ProjectionActivities:
@@ -32,8 +32,8 @@ class ProjectionActivities:
             raise
 
     def _project(self, ref: RecordRef) -> ProjectionResult:
-        from recall.embedding import EmbeddingError
-        from recall.index import MemoryIndex
+        from tempomem.recall.embedding import EmbeddingError
+        from tempomem.recall.index import MemoryIndex
 
         ctx = self.ctx
         try:

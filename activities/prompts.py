@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from activities.contracts import (
+from tempomem.activities.contracts import (
     MAX_ENTITIES,
     MAX_LABELS_PER_MEMORY,
     MAX_RELATIONS,
     MAX_TEXT_BYTES,
     ReviewLine,
 )
-from activities.llm import ChatMessage
-from storage.limits import CAPTURE_FOCUS_MAX_BYTES, EXTRACTION_MAX_MEMORIES
+from tempomem.activities.llm import ChatMessage
+from tempomem.storage.limits import CAPTURE_FOCUS_MAX_BYTES, EXTRACTION_MAX_MEMORIES
 
 TriggerKind = Literal["none", "cron", "webhook"]
 

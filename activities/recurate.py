@@ -16,11 +16,11 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.context import StoreContext, utc_now
-from activities.heartbeat import run_blocking
-from storage import replay_projection
-from storage.fsio import atomic_write, ensure_private_dir, exclusive_lock
-from storage.intake import (
+from tempomem.activities.context import StoreContext, utc_now
+from tempomem.activities.heartbeat import run_blocking
+from tempomem.storage import replay_projection
+from tempomem.storage.fsio import atomic_write, ensure_private_dir, exclusive_lock
+from tempomem.storage.intake import (
     IntakeError,
     IntakePayload,
     RecordState,
@@ -28,10 +28,10 @@ from storage.intake import (
     fit_record,
     intake_id,
 )
-from storage.store_ref import STORE_LOCK
-from storage.turn_archive import ArchivedTurn, TurnArchive, TurnArchiveError
-from workflows.common import CurationInput
-from workflows.recurate import (
+from tempomem.storage.store_ref import STORE_LOCK
+from tempomem.storage.turn_archive import ArchivedTurn, TurnArchive, TurnArchiveError
+from tempomem.workflows.common import CurationInput
+from tempomem.workflows.recurate import (
     RECURATE_ADMIT,
     RECURATE_DRY_RUN,
     RecurateAdmitInput,
@@ -150,7 +150,7 @@ class RecurateActivities:
     @activity.defn(name=RECURATE_DRY_RUN)
     async def dry_run(self, inp: RecurateDryRunInput) -> RecurateDryRunResult:
         """Curate the range against a scratch copy of the store; write the Markdown diff, owner-only."""
-        from activities.curation import CurationActivities
+        from tempomem.activities.curation import CurationActivities
 
         self._check(inp.store_id, inp.run_id)
         since, until = self._range(inp.since, inp.until)

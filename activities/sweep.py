@@ -21,9 +21,9 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.context import StoreContext, utc_now
-from workflows import search_attributes as sa
-from workflows.common import (
+from tempomem.activities.context import StoreContext, utc_now
+from tempomem.workflows import search_attributes as sa
+from tempomem.workflows.common import (
     CAPTURE_WORKFLOW,
     SWEEP,
     CaptureInput,

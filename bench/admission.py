@@ -14,10 +14,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from storage.fsio import atomic_write, ensure_private_dir
-from storage.intake import Intake, build_payload, canonical_json
-from storage.limits import MAX_ACTIVE_RECORDS
-from storage.turn import CompletedTurn
+from tempomem.storage.fsio import atomic_write, ensure_private_dir
+from tempomem.storage.intake import Intake, build_payload, canonical_json
+from tempomem.storage.limits import MAX_ACTIVE_RECORDS
+from tempomem.storage.turn import CompletedTurn
 
 T0 = datetime(2026, 12, 3, tzinfo=UTC)
 ANSWER = "Noted: your sister Ana is vegetarian and visits on the 14th; I suggested a dinner in Chiado. " * 4

@@ -33,20 +33,20 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.backfill import load_locomo
-from activities.context import StoreContext
-from storage.fsio import exclusive_lock
-from storage.projection import project
-from storage.store_ref import STORE_LOCK
+from tempomem.activities.backfill import load_locomo
+from tempomem.activities.context import StoreContext
 from tempomem.backfill import backfill_worker_extras, follow_backfill, start_backfill, write_jsonl
 from tempomem.config import load_config_data
 from tempomem.devserver import temporal_cli
+from tempomem.storage.fsio import exclusive_lock
+from tempomem.storage.projection import project
+from tempomem.storage.store_ref import STORE_LOCK
 from tempomem.store import MemoryStore
 from tempomem.worker import store_activities
-from workflows import search_attributes
-from workflows.capture import CaptureWorkflow
-from workflows.common import PROJECT, ProjectionResult, RecordRef
-from workflows.sweep import IntakeSweepWorkflow
+from tempomem.workflows import search_attributes
+from tempomem.workflows.capture import CaptureWorkflow
+from tempomem.workflows.common import PROJECT, ProjectionResult, RecordRef
+from tempomem.workflows.sweep import IntakeSweepWorkflow
 
 DEFAULT_FILE = Path("/work/shared/data/locomo/locomo-dev.json")
 

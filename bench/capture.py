@@ -29,12 +29,12 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from storage.turn import CompletedTurn
 from tempomem.devserver import temporal_cli
+from tempomem.storage.turn import CompletedTurn
+from tempomem.workflows import search_attributes
 from tests.conftest import make_store, running_worker
 from tests.scripted_model import ScriptedModelServer
 from tests.test_capture_flow import outcome_of
-from workflows import search_attributes
 
 
 def _section(content: str, tag: str) -> list:

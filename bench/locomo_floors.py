@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from recall import profiles as P  # noqa: E402
-from recall.search import rank  # noqa: E402
-from storage.limits import AUTO_BLOCK_FLOOR, DELIBERATE_FLOOR, DELIBERATE_SUPERSET  # noqa: E402
+from tempomem.recall import profiles as P  # noqa: E402
+from tempomem.recall.search import rank  # noqa: E402
+from tempomem.storage.limits import AUTO_BLOCK_FLOOR, DELIBERATE_FLOOR, DELIBERATE_SUPERSET  # noqa: E402
 
 # bench/ holds a recall.py of its own, so the sibling script is loaded by path, not via sys.path.
 _spec = importlib.util.spec_from_file_location("locomo_retrieval", ROOT / "bench" / "locomo_retrieval.py")

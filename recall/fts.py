@@ -28,7 +28,7 @@ import duckdb
 import numpy as np
 import Stemmer
 
-from recall.state_cache import StateCache
+from tempomem.recall.state_cache import StateCache
 
 SCHEMA = "fts_main_memories"
 

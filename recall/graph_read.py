@@ -22,11 +22,11 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recall.search import Hit
-from recall.shaping import is_recallable, tail_cut
-from storage.graph import Graph, GraphError, load_graph
-from storage.limits import DELIBERATE_FLOOR, TAIL_MARGIN
-from storage.markdown import Bullet, iter_bullets
+from tempomem.recall.search import Hit
+from tempomem.recall.shaping import is_recallable, tail_cut
+from tempomem.storage.graph import Graph, GraphError, load_graph
+from tempomem.storage.limits import DELIBERATE_FLOOR, TAIL_MARGIN
+from tempomem.storage.markdown import Bullet, iter_bullets
 
 SAME_ENTITY_PENALTY = 0.05  # a line about the very entity a seed names
 RELATED_ENTITY_PENALTY = 0.10  # a line reached through one directly related entity (one hop)

@@ -19,9 +19,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
-from recall.profiles import REFERENCE, scored_by
-from recall.search import Hit
-from recall.shaping import (
+from tempomem.recall.profiles import REFERENCE, scored_by
+from tempomem.recall.search import Hit
+from tempomem.recall.shaping import (
     SCORE_EPSILON,
     StructuredLabel,
     currentness,
@@ -29,7 +29,7 @@ from recall.shaping import (
     is_recallable,
     parse_labels,
 )
-from storage.limits import (
+from tempomem.storage.limits import (
     AUTO_BLOCK_BUDGET_BYTES,
     AUTO_CONTEXT_MAX_BYTES,
     AUTO_LINE_MAX_BYTES,

@@ -39,13 +39,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from recall import connections, fts, row_snapshot, scoring
-from recall.embedding import EmbeddingError, EmbeddingIdentity, EmbeddingProvider
-from recall.profiles import RecallProfile, resolve_profile
-from recall.search import Candidate, Hit, rank
-from storage.fsio import atomic_write, ensure_private_dir, exclusive_lock, read_private_file
-from storage.limits import DELIBERATE_SUPERSET, DIR_MODE, FILE_MODE
-from storage.markdown import Bullet, iter_bullets
+from tempomem.recall import connections, fts, row_snapshot, scoring
+from tempomem.recall.embedding import EmbeddingError, EmbeddingIdentity, EmbeddingProvider
+from tempomem.recall.profiles import RecallProfile, resolve_profile
+from tempomem.recall.search import Candidate, Hit, rank
+from tempomem.storage.fsio import atomic_write, ensure_private_dir, exclusive_lock, read_private_file
+from tempomem.storage.limits import DELIBERATE_SUPERSET, DIR_MODE, FILE_MODE
+from tempomem.storage.markdown import Bullet, iter_bullets
 
 SCHEMA_VERSION = 1
 DAILY_FOLDER = "daily"

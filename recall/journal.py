@@ -25,10 +25,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from recall.shaping import cut_utf8
-from storage.credentials import unsafe_characters
-from storage.limits import KIB, MIB
-from storage.markdown import Bullet, read_document
+from tempomem.recall.shaping import cut_utf8
+from tempomem.storage.credentials import unsafe_characters
+from tempomem.storage.limits import KIB, MIB
+from tempomem.storage.markdown import Bullet, read_document
 
 # LIM-49..LIM-54 (kept here, beside their only user).
 JOURNAL_MAX_DAYS = 31  # LIM-49: inclusive civil dates

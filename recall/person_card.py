@@ -24,11 +24,11 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, tzinfo
 
-from recall.graph_read import GraphReader, bullet_hit
-from recall.search import Hit
-from recall.shaping import currentness, cut_utf8, display_key, is_recallable
-from storage.graph import EntityRow
-from storage.limits import AUTO_BLOCK_BUDGET_BYTES, AUTO_CONTEXT_MAX_BYTES, AUTO_LINE_MAX_BYTES
+from tempomem.recall.graph_read import GraphReader, bullet_hit
+from tempomem.recall.search import Hit
+from tempomem.recall.shaping import currentness, cut_utf8, display_key, is_recallable
+from tempomem.storage.graph import EntityRow
+from tempomem.storage.limits import AUTO_BLOCK_BUDGET_BYTES, AUTO_CONTEXT_MAX_BYTES, AUTO_LINE_MAX_BYTES
 
 # The card's share of the 2,560-byte automatic context; the possibly-relevant block keeps its 1.5 KB.
 PERSON_CARD_MAX_BYTES = AUTO_CONTEXT_MAX_BYTES - AUTO_BLOCK_BUDGET_BYTES

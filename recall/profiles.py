@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from storage.limits import (
+from tempomem.storage.limits import (
     AUTO_BLOCK_FLOOR,
     DELIBERATE_FLOOR,
     DELIBERATE_SUPERSET,

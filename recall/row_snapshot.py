@@ -16,7 +16,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from recall.state_cache import StateCache
+from tempomem.recall.state_cache import StateCache
 
 Row = tuple[object, ...]
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from storage.limits import (
+from tempomem.storage.limits import (
     NAME_ANCHOR_BONUS,
     NAME_ANCHOR_MIN_LETTERS,
     NUMERIC_ANCHOR_BONUS,

@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from recall import scoring
-from recall.profiles import RecallProfile
+from tempomem.recall import scoring
+from tempomem.recall.profiles import RecallProfile
 
 Mode = Literal["hybrid", "lexical", "bm25", "vector"]
 

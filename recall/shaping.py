@@ -20,9 +20,9 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from recall.profiles import scored_by
-from recall.search import Hit
-from storage.limits import CONFLICT_CHECK_DEPTH, DELIBERATE_FLOOR, TAIL_MARGIN
+from tempomem.recall.profiles import scored_by
+from tempomem.recall.search import Hit
+from tempomem.storage.limits import CONFLICT_CHECK_DEPTH, DELIBERATE_FLOOR, TAIL_MARGIN
 
 Currentness = Literal["current", "superseded", "ended"]
 Evidence = Literal["conflicting", "insufficient"]

@@ -15,11 +15,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from recall.graph_read import GraphReader, expand_hits
-from recall.guidance import guidance_lines, guidance_section
-from recall.journal import JournalError, JournalResult, JournalSession
-from recall.search import Hit
-from recall.shaping import (
+from tempomem.recall.graph_read import GraphReader, expand_hits
+from tempomem.recall.guidance import guidance_lines, guidance_section
+from tempomem.recall.journal import JournalError, JournalResult, JournalSession
+from tempomem.recall.search import Hit
+from tempomem.recall.shaping import (
     Evidence,
     RecallHit,
     SearchBackend,
@@ -30,7 +30,7 @@ from recall.shaping import (
     shape_hits,
     to_recall_hit,
 )
-from storage.limits import DELIBERATE_SUPERSET
+from tempomem.storage.limits import DELIBERATE_SUPERSET
 
 RECALL_LIMIT_DEFAULT = 8  # AMB-30
 RECALL_LIMIT_MAX = 20  # AMB-30

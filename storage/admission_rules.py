@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from storage.limits import SUMMARY_ANSWER_MAX_BYTES
-from storage.turn import CompletedTurn, SkipReason
+from tempomem.storage.limits import SUMMARY_ANSWER_MAX_BYTES
+from tempomem.storage.turn import CompletedTurn, SkipReason
 
 WriteMode = Literal["disabled", "append-host-summary", "capture"]
 SourceLabel = Literal["user", "scheduled-task", "webhook"]

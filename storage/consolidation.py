@@ -23,10 +23,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from storage.fsio import UnsafePathError, atomic_write, exclusive_lock, read_private_file
-from storage.graph import EntityRow, GraphError, load_graph
-from storage.markdown import MarkdownFormatError, iter_bullets
-from storage.store_ref import STORE_LOCK
+from tempomem.storage.fsio import UnsafePathError, atomic_write, exclusive_lock, read_private_file
+from tempomem.storage.graph import EntityRow, GraphError, load_graph
+from tempomem.storage.markdown import MarkdownFormatError, iter_bullets
+from tempomem.storage.store_ref import STORE_LOCK
 
 INDEX_NAME = "index.md"
 GRAPH_SCAN_CEILING = 10_000  # LIM-46

@@ -9,8 +9,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from storage.fsio import ensure_private_dir
-from storage.limits import FILE_MODE
+from tempomem.storage.fsio import ensure_private_dir
+from tempomem.storage.limits import FILE_MODE
 
 FENCE_FILE = ".agent.lock"
 

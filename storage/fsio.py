@@ -10,7 +10,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from storage.limits import DIR_MODE, FILE_MODE
+from tempomem.storage.limits import DIR_MODE, FILE_MODE
 
 
 class UnsafePathError(Exception):

@@ -23,8 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from storage.credentials import unsafe_reason
-from storage.fsio import UnsafePathError, atomic_write, read_private_file
+from tempomem.storage.credentials import unsafe_reason
+from tempomem.storage.fsio import UnsafePathError, atomic_write, read_private_file
 
 GRAPH_NAME = "graph.jsonl"
 GRAPH_MAX_BYTES = 64 * 1024 * 1024

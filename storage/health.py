@@ -8,10 +8,10 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from storage import replay_projection
-from storage.intake import Intake, IntakeError, RecordState
-from storage.ledger import LedgerIntegrityError
-from storage.markdown import iter_bullets
+from tempomem.storage import replay_projection
+from tempomem.storage.intake import Intake, IntakeError, RecordState
+from tempomem.storage.ledger import LedgerIntegrityError
+from tempomem.storage.markdown import iter_bullets
 
 HealthStatus = Literal["ok", "in_progress", "dead_letters_present", "canonical_mismatch", "degraded"]
 

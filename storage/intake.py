@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from storage.admission_rules import (
+from tempomem.storage.admission_rules import (
     SourceLabel,
     WriteMode,
     capture_parts,
@@ -37,7 +37,7 @@ from storage.admission_rules import (
     skip_reason,
     source_label,
 )
-from storage.fsio import (
+from tempomem.storage.fsio import (
     UnsafePathError,
     atomic_write,
     ensure_private_dir,
@@ -45,10 +45,15 @@ from storage.fsio import (
     fsync_dir,
     read_private_file,
 )
-from storage.ledger import Ledger, LedgerIntegrityError
-from storage.limits import MAX_ACTIVE_RECORDS, MAX_RECORD_BYTES, MAX_RESOLVED_RECEIPTS, RUN_ID_HASH_HEX_LEN
-from storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
-from storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT, TurnArchive
+from tempomem.storage.ledger import Ledger, LedgerIntegrityError
+from tempomem.storage.limits import (
+    MAX_ACTIVE_RECORDS,
+    MAX_RECORD_BYTES,
+    MAX_RESOLVED_RECEIPTS,
+    RUN_ID_HASH_HEX_LEN,
+)
+from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
+from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT, TurnArchive
 
 INTAKE_DIR = ".capture-intake"
 RECORD_VERSION = 1

@@ -19,8 +19,8 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from storage.fsio import atomic_write, fsync_dir, read_private_file
-from storage.limits import CATALOG_SLOTS, DIR_MODE, FILE_MODE, LEDGER_ENTRY_BYTES, LEDGER_SHARDS
+from tempomem.storage.fsio import atomic_write, fsync_dir, read_private_file
+from tempomem.storage.limits import CATALOG_SLOTS, DIR_MODE, FILE_MODE, LEDGER_ENTRY_BYTES, LEDGER_SHARDS
 
 SCHEMA_MARKER = ".capture-intake-schema"
 SCHEMA_VERSION = b"tempomem-intake-v1\n"

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from storage.fsio import atomic_write, ensure_private_dir, read_private_file
-from storage.limits import SOURCE_SESSION_MAX_BYTES
+from tempomem.storage.fsio import atomic_write, ensure_private_dir, read_private_file
+from tempomem.storage.limits import SOURCE_SESSION_MAX_BYTES
 
 SIGNIFIERS = ("[ ]", "[x]", "[>]", "[<]", "[-]", "–", "o")
 STATUSES = frozenset({"open", "done", "scheduled", "migrated", "dropped", "invalidated"})  # AMB-28

@@ -13,8 +13,8 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.intake import IntakePayload
-from storage.markdown import Bullet, append_bullets
+from tempomem.storage.intake import IntakePayload
+from tempomem.storage.markdown import Bullet, append_bullets
 
 _WHITESPACE = re.compile(r"\s+")
 

@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from storage import replay_projection
-from storage.credentials import contains_credential, unsafe_reason
-from storage.fsio import ensure_private_dir, exclusive_lock
-from storage.graph import entities_by_id
-from storage.markdown import Bullet, append_bullets, iter_bullets
-from storage.replay_projection import ID_PATTERN, Authority, Entry, entry_id
-from storage.store_ref import STORE_LOCK
+from tempomem.storage import replay_projection
+from tempomem.storage.credentials import contains_credential, unsafe_reason
+from tempomem.storage.fsio import ensure_private_dir, exclusive_lock
+from tempomem.storage.graph import entities_by_id
+from tempomem.storage.markdown import Bullet, append_bullets, iter_bullets
+from tempomem.storage.replay_projection import ID_PATTERN, Authority, Entry, entry_id
+from tempomem.storage.store_ref import STORE_LOCK
 
 if TYPE_CHECKING:
-    from recall.index import MemoryIndex
+    from tempomem.recall.index import MemoryIndex
 
 Tier = Literal["lite", "journal", "bujo"]
 REMEMBER_PREFIX = "r-"

@@ -34,8 +34,8 @@ from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from storage.fsio import UnsafePathError, atomic_write, read_private_file
-from storage.limits import SIDECAR_MAX_BYTES, SIDECAR_MAX_ENTRIES
+from tempomem.storage.fsio import UnsafePathError, atomic_write, read_private_file
+from tempomem.storage.limits import SIDECAR_MAX_BYTES, SIDECAR_MAX_ENTRIES
 
 SIDECAR_NAME = ".replay-projection-v1.json"
 VERSION = 1

@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from storage.fsio import atomic_write
-from storage.intake import Intake, format_instant
+from tempomem.storage.fsio import atomic_write
+from tempomem.storage.intake import Intake, format_instant
 
 log = logging.getLogger("tempomem.snapshot")
 SNAPSHOT_FILE = "snapshot.json"

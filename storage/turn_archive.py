@@ -25,8 +25,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from storage.fsio import UnsafePathError, atomic_write, ensure_private_dir, fsync_dir, read_private_file
-from storage.limits import MAX_RECORD_BYTES
+from tempomem.storage.fsio import (
+    UnsafePathError,
+    atomic_write,
+    ensure_private_dir,
+    fsync_dir,
+    read_private_file,
+)
+from tempomem.storage.limits import MAX_RECORD_BYTES
 
 ARCHIVE_DIR = ".turn-archive"
 TURN_ARCHIVE_DAYS_DEFAULT = 90

@@ -27,11 +27,11 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
 
-    from activities.context import StoreContext
+    from tempomem.activities.context import StoreContext
     from tempomem.follow import TurnBar
     from tempomem.store import MemoryStore
-    from workflows.backfill import BackfillProgress
-    from workflows.consolidation import ConsolidationResult
+    from tempomem.workflows.backfill import BackfillProgress
+    from tempomem.workflows.consolidation import ConsolidationResult
 
 __all__ = [
     "backfill_worker_extras",
@@ -48,18 +48,18 @@ __all__ = [
 # The CLI imports this module to build its parser: keep Temporal and the activities out of that path.
 FORMATS = ("jsonl", "locomo-turns", "locomo-pairs")  # == workflows.backfill.SOURCE_FORMATS
 _LAZY = {
-    "BackfillProgress": "workflows.backfill",
-    "BadLine": "workflows.backfill",
-    "ConsolidationResult": "workflows.consolidation",
-    "SourceItem": "activities.backfill",
-    "file_digest": "activities.backfill",
-    "iter_jsonl": "activities.backfill",
-    "load_locomo": "activities.backfill",
-    "locomo_items": "activities.backfill",
-    "locomo_run_id": "activities.backfill",
-    "read_jsonl": "activities.backfill",
-    "consolidation_schedule_id": "activities.consolidation",
-    "ensure_consolidation_schedule": "activities.consolidation",
+    "BackfillProgress": "tempomem.workflows.backfill",
+    "BadLine": "tempomem.workflows.backfill",
+    "ConsolidationResult": "tempomem.workflows.consolidation",
+    "SourceItem": "tempomem.activities.backfill",
+    "file_digest": "tempomem.activities.backfill",
+    "iter_jsonl": "tempomem.activities.backfill",
+    "load_locomo": "tempomem.activities.backfill",
+    "locomo_items": "tempomem.activities.backfill",
+    "locomo_run_id": "tempomem.activities.backfill",
+    "read_jsonl": "tempomem.activities.backfill",
+    "consolidation_schedule_id": "tempomem.activities.consolidation",
+    "ensure_consolidation_schedule": "tempomem.activities.consolidation",
 }
 
 
@@ -78,10 +78,10 @@ def backfill_worker_extras(
     are read from ``ctx.capture`` (``cron``/``webhook``) when it carries them, else None: the default
     (admit), exactly as ``persist_completed_turn`` treats an unset switch.
     """
-    from activities.backfill import BackfillActivities
-    from activities.consolidation import ConsolidationActivities
-    from workflows.backfill import BackfillWorkflow
-    from workflows.consolidation import ConsolidationWorkflow
+    from tempomem.activities.backfill import BackfillActivities
+    from tempomem.activities.consolidation import ConsolidationActivities
+    from tempomem.workflows.backfill import BackfillWorkflow
+    from tempomem.workflows.consolidation import ConsolidationWorkflow
 
     if capture_cron is None:
         capture_cron = getattr(ctx.capture, "cron", None)
@@ -134,10 +134,10 @@ async def start_backfill(
         WorkflowIDReusePolicy,
     )
 
-    from activities.backfill import file_digest
-    from activities.sweep import search_attributes_registered
-    from workflows import search_attributes as sa
-    from workflows.backfill import (
+    from tempomem.activities.backfill import file_digest
+    from tempomem.activities.sweep import search_attributes_registered
+    from tempomem.workflows import search_attributes as sa
+    from tempomem.workflows.backfill import (
         BACKFILL_WORKFLOW,
         BackfillInput,
         BackfillProgress,
@@ -193,7 +193,7 @@ async def follow_backfill(
 ) -> BackfillProgress:
     """Poll the ``progress`` query (across continue-as-new runs) until the backfill ends; its result."""
     from tempomem.follow import follow_workflow
-    from workflows.backfill import PROGRESS_QUERY, BackfillProgress
+    from tempomem.workflows.backfill import PROGRESS_QUERY, BackfillProgress
 
     return await follow_workflow(
         client,
@@ -223,7 +223,7 @@ async def consolidate_now(client: Client, store: MemoryStore) -> ConsolidationRe
     """Run ``ConsolidationWorkflow`` once on the store's worker and return its content-free result."""
     from temporalio.common import WorkflowIDConflictPolicy
 
-    from workflows.consolidation import (
+    from tempomem.workflows.consolidation import (
         CONSOLIDATION_WORKFLOW,
         ConsolidationInput,
         ConsolidationResult,
@@ -344,16 +344,17 @@ def add_consolidate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from tempomem.cli import EXIT_ERROR, EXIT_OK, _connect, _store
+    from tempomem.cli_common import EXIT_ERROR, EXIT_OK, store_from_args
+    from tempomem.connect import connect
 
-    store = _store(args)
+    store = store_from_args(args)
     path = Path(args.file)
     if not path.is_file():
         print(f"error: {path} is not a file", file=sys.stderr)
         return EXIT_ERROR
 
     async def main() -> BackfillProgress | None:
-        client = await _connect(store.config)
+        client = await connect(store.config, store.base_dir)
         handle = await start_backfill(
             client,
             store,
@@ -438,19 +439,20 @@ def _as_json(p: BackfillProgress) -> dict[str, Any]:
 
 
 def cmd_consolidate(args: argparse.Namespace) -> int:
-    from activities.consolidation import consolidation_schedule_id, ensure_consolidation_schedule
-    from tempomem.cli import EXIT_OK, _connect, _store
+    from tempomem.activities.consolidation import consolidation_schedule_id, ensure_consolidation_schedule
+    from tempomem.cli_common import EXIT_OK, store_from_args
+    from tempomem.connect import connect
 
-    store = _store(args)
+    store = store_from_args(args)
     if args.local:
-        from storage.consolidation import consolidate
+        from tempomem.storage.consolidation import consolidate
 
         report: Any = consolidate(store.root)
         _print_consolidation(report, as_json=args.json)
         return EXIT_OK
 
     async def main() -> Any:
-        client = await _connect(store.config)
+        client = await connect(store.config, store.base_dir)
         if args.schedule:
             ctx = store.worker_context(client)
             created = await ensure_consolidation_schedule(
@@ -463,7 +465,7 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
             return None
         if await worker_polling(client, store.task_queue):
             return await consolidate_now(client, store)
-        from storage.consolidation import consolidate
+        from tempomem.storage.consolidation import consolidate
 
         print("note: no worker polls this store's task queue; regenerating in process", file=sys.stderr)
         return await asyncio.to_thread(consolidate, store.root)

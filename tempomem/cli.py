@@ -11,35 +11,20 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from storage.intake import IntakeError, RecordState, UnknownRecordError
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2  # also: unknown intake id
-EXIT_AGENT_RUNNING = 3  # AMB-02: the liveness fence is held
-EXIT_RETAINED_PLAN = 4  # CLI-05: resolve refused
-DEFAULT_CONFIG = "tempomem.json"
-STATE_DIR = ".tempomem"
-
-
-def _load(args: argparse.Namespace):  # -> tuple[TempomemConfig, Path]
-    """The config named by --config, else ./tempomem.json, else the embedded defaults.
-
-    A relative ``memory.path`` is resolved against the config file's folder (the cwd for defaults).
-    """
-    from tempomem.config import default_config, load_config_file
-
-    path = Path(args.config) if args.config else Path(DEFAULT_CONFIG)
-    if args.config or path.exists():
-        return load_config_file(path), path.resolve().parent
-    return default_config(), Path.cwd()
-
-
-def _store(args: argparse.Namespace, **kwargs):  # -> MemoryStore
-    from tempomem.store import MemoryStore
-
-    config, base = _load(args)
-    return MemoryStore(config, base_dir=base, **kwargs)
+from tempomem.cli_common import (
+    EXIT_AGENT_RUNNING,
+    EXIT_BROKEN_PIPE,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_RETAINED_PLAN,
+    EXIT_USAGE,
+    STATE_DIR,
+    MissingStoreError,
+    add_global_options,
+    load_args_config,
+    store_from_args,
+)
+from tempomem.storage.intake import IntakeError, RecordState, UnknownRecordError
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -59,7 +44,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    store = _store(args)
+    store = store_from_args(args, must_exist=True)
     hits = store.search(args.query, limit=args.limit)
     if args.json:
         print(
@@ -82,9 +67,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_remember(args: argparse.Namespace) -> int:
     """REM-01: one deliberate fact, recallable at once. Prints ids and status only."""
-    from storage.remember import RememberRejected
+    from tempomem.storage.remember import RememberRejected
 
-    store = _store(args)
+    store = store_from_args(args)
     try:
         result = store.remember(
             args.text,
@@ -107,10 +92,10 @@ def cmd_journal(args: argparse.Namespace) -> int:
 
     Cursors are request-scoped (AMB-35), so ``--all`` pages through the whole snapshot in this process.
     """
-    from recall.journal import JournalSession
-    from recall.tools import JournalErrorResult, memory_journal
+    from tempomem.recall.journal import JournalSession
+    from tempomem.recall.tools import JournalErrorResult, memory_journal
 
-    store = _store(args)
+    store = store_from_args(args, must_exist=True)
     session = JournalSession()
     cursor = None
     pages = []
@@ -141,7 +126,7 @@ def cmd_journal(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    report = _store(args).rebuild()
+    report = store_from_args(args, must_exist=True).rebuild()
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
@@ -154,7 +139,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """CLI-01..03: ids, states, instants, counters — never summaries or capture text."""
-    store = _store(args)
+    store = store_from_args(args, must_exist=True)
     intake = store.intake
     now = datetime.now(UTC)
     if not intake.base.exists():
@@ -186,9 +171,9 @@ def _inspect_text(out: dict) -> str:
 
 def cmd_retry(args: argparse.Namespace) -> int:
     """CLI-04: with the agent stopped, make dead or delayed work due (one id, or all)."""
-    from storage.fence import hold_fence
+    from tempomem.storage.fence import hold_fence
 
-    store = _store(args)
+    store = store_from_args(args, must_exist=True)
     intake = store.intake
     now = datetime.now(UTC)
     with hold_fence(store.root, what="retry"):
@@ -206,9 +191,9 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
 def cmd_resolve(args: argparse.Namespace) -> int:
     """CLI-05: accept the loss of one record as operator_resolved (keeps duplicate protection)."""
-    from storage.fence import hold_fence
+    from tempomem.storage.fence import hold_fence
 
-    store = _store(args)
+    store = store_from_args(args, must_exist=True)
     with hold_fence(store.root, what="resolve"):
         changed = store.intake.operator_resolve(args.id, args.reason, now=datetime.now(UTC))
     print(
@@ -221,10 +206,10 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 def cmd_adopt_replay(args: argparse.Namespace) -> int:
     """CLI-07: metadata-only adoption of retained capture intents into a missing sidecar (agent stopped)."""
-    from activities.adoption import adopt_replay
-    from storage.fence import hold_fence
+    from tempomem.activities.adoption import adopt_replay
+    from tempomem.storage.fence import hold_fence
 
-    store = _store(args)
+    store = store_from_args(args, must_exist=True)
     with hold_fence(store.root, what="adopt-replay"):
         report = adopt_replay(store.root)
     text = f"{report.status}: {report.intents} intent(s), {report.entries} entries; now run tempomem rebuild"
@@ -234,9 +219,9 @@ def cmd_adopt_replay(args: argparse.Namespace) -> int:
 
 def cmd_health(args: argparse.Namespace) -> int:
     """CLI-13: strict, content-free audit. Exit 0 for ok/in_progress, 1 otherwise."""
-    from storage.health import audit
+    from tempomem.storage.health import audit
 
-    report = audit(_store(args).root, now=datetime.now(UTC))
+    report = audit(store_from_args(args, must_exist=True).root, now=datetime.now(UTC))
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
@@ -250,22 +235,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     """Serve MemoryRecall, MemoryJournal and Remember over MCP stdio (AMB-49); stdout is the wire."""
     from tempomem.mcp_server import run
 
-    return run(args, _store(args))
+    return run(args, store_from_args(args))
 
 
 async def _connect(config, base_dir: Path | None = None):  # -> Client
-    from temporalio.client import Client
+    from tempomem.connect import connect
 
-    from tempomem.codec import data_converter_for_config
-
-    t = config.temporal
-    return await Client.connect(
-        t.address,
-        namespace=t.namespace,
-        api_key=t.api_key,
-        tls=t.tls,
-        data_converter=data_converter_for_config(t, base_dir),  # optional payload codec
-    )
+    return await connect(config, base_dir)
 
 
 def _ensure_local_server(config, state_dir: Path) -> bool:
@@ -291,7 +267,7 @@ def _ensure_local_server(config, state_dir: Path) -> bool:
 def cmd_worker(args: argparse.Namespace) -> int:
     from tempomem.worker import run_worker
 
-    store = _store(args)
+    store = store_from_args(args)
 
     async def main() -> None:
         client = await _connect(store.config, store.base_dir)
@@ -314,7 +290,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_dev(args: argparse.Namespace) -> int:
     from tempomem import devserver
 
-    config, _ = _load(args)
+    config, _ = load_args_config(args)
     state_dir = Path(args.state_dir)
     started = _ensure_local_server(config, state_dir)
     print(f"Temporal Web UI: {config.temporal.ui_url}", flush=True)
@@ -328,7 +304,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_server(args: argparse.Namespace) -> int:
     from tempomem import devserver
 
-    config, _ = _load(args)
+    config, _ = load_args_config(args)
     state_dir = Path(args.state_dir)
     if args.action == "start":
         if not _ensure_local_server(config, state_dir):
@@ -347,7 +323,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from tempomem import devserver
     from tempomem.demo import run_demo
 
-    store = _store(args)
+    store = store_from_args(args)
     config = store.config
     state_dir = Path(args.state_dir)
     started = _ensure_local_server(config, state_dir)
@@ -385,11 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tempomem",
         description="Durable, observable long-term memory for AI agents, orchestrated by Temporal.",
     )
-    parser.add_argument(
-        "--config",
-        help=f"config file (JSON with a 'memory' block); default ./{DEFAULT_CONFIG} "
-        "if present, else the embedded defaults (journal tier, local embedder)",
-    )
+    add_global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("validate", help="check a config file; prints every violation with its key path")
@@ -443,6 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_resolve)
 
     p = sub.add_parser(
+        "adopt-replay",
+        help="with the agent stopped: attest retained capture intents into a missing replay sidecar",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_adopt_replay)
+
+    p = sub.add_parser(
         "health", help="strict content-free audit: in_progress, dead letters, ledger integrity"
     )
     p.add_argument("--json", action="store_true")
@@ -477,8 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     from tempomem.codec_server import add_codec_commands
     from tempomem.export import add_export_commands
 
-    add_export_commands(sub, _load)  # export, import apply|restore
-    add_codec_commands(sub, _load)  # codec-server, codec-keygen
+    add_export_commands(sub, load_args_config)  # export, import apply|restore
+    add_codec_commands(sub, load_args_config)  # codec-server, codec-keygen
     from tempomem import backfill as backfill_cli  # import-light; Temporal loads when a command runs
 
     p = sub.add_parser(
@@ -508,20 +487,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     recurate_cli.add_recurate_arguments(p)
     p.set_defaults(func=recurate_cli.cmd_recurate)
+    _global_options_everywhere(parser)
     return parser
 
 
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found: list[argparse.ArgumentParser] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # aliases map to one parser
+                found += [child, *_subparsers(child)]
+    return found
+
+
+def _global_options_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Global options work after the subcommand too (``tempomem search Q --config F``)."""
+    for child in _subparsers(parser):
+        if "--config" not in child._option_string_actions:
+            add_global_options(child, top=False)
+
+
+def _stdout_gone() -> int:
+    """The reader of stdout went away (``tempomem inspect | head``): no traceback, shell's exit code."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not raise again
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    from storage.fence import AgentRunningError
-    from storage.intake import RetainedPlanError
-    from storage.replay_projection import SidecarError
+    from tempomem.activities.llm import ModelNotConfigured
     from tempomem.codec import CodecError
     from tempomem.config import ConfigError
+    from tempomem.connect import TemporalConnectError
     from tempomem.devserver import DevServerError
+    from tempomem.storage.fence import AgentRunningError
+    from tempomem.storage.intake import RetainedPlanError
+    from tempomem.storage.replay_projection import SidecarError
+    from tempomem.store import SecretMissingError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        return _stdout_gone()
+    except (MissingStoreError, ModelNotConfigured, SecretMissingError, TemporalConnectError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except AgentRunningError as exc:
         print(f"agent_running: {exc}", file=sys.stderr)
         return EXIT_AGENT_RUNNING
@@ -542,6 +555,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        rpc = _temporal_rpc_error(exc)
+        if rpc is None:
+            raise
+        print(f"error: Temporal refused the request: {rpc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _temporal_rpc_error(exc: BaseException) -> str | None:
+    """One line for a Temporal service error (unknown namespace, permission denied, ...), else None.
+
+    Service errors carry the server's status and message, which never hold memory text (Temporal
+    history is content-free by design).
+    """
+    if "temporalio" not in sys.modules:
+        return None
+    from temporalio.service import RPCError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, RPCError):
+            return f"{seen.status.name}: {seen.message}".splitlines()[0]
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import DataConverter, PayloadCodec
 
-from storage.fsio import UnsafePathError, atomic_write, read_private_file
+from tempomem.storage.fsio import UnsafePathError, atomic_write, read_private_file
 
 ENCODING = b"binary/encrypted"
 CIPHER = b"AES-256-GCM-v1"

@@ -236,7 +236,7 @@ class CodecServer:
 
 # -- command line (registered by tempomem.cli.build_parser) ------------------------------------------------
 def add_codec_commands(sub: Any, load: Any) -> None:
-    """Register ``codec-server`` and ``codec-keygen``; ``load`` is ``tempomem.cli._load``."""
+    """Register ``codec-server`` and ``codec-keygen``; ``load`` is ``cli_common.load_args_config``."""
 
     def cmd_codec_server(args: Any) -> int:
         from tempomem.codec import codec_from_config, codec_from_settings

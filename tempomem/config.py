@@ -45,6 +45,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -53,14 +54,14 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from storage.limits import (
+from tempomem.storage.limits import (
     CAPTURE_FOCUS_MAX_BYTES,
     EMBEDDING_DIM_DEFAULT,
     LLM_TIMEOUT_MS_DEFAULT,
     MAX_BYTES_DEFAULT,
     OLLAMA_ENDPOINT_DEFAULT,
 )
-from storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
+from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
 
 TURN_ARCHIVE_DAYS_MAX = 3650  # ten years of day folders
 
@@ -119,10 +120,10 @@ def _local_model(provider: str = "local") -> tuple[str, int]:
     """The one model an embedded provider ships: MiniLM for ``local``, e5-small for ``local-e5``."""
     # Imported lazily: recall.embedding pulls in numpy/httpx, and config must stay cheap to import.
     if provider == "local-e5":
-        from recall.e5_embedder import E5_DIM, E5_MODEL
+        from tempomem.recall.e5_embedder import E5_DIM, E5_MODEL
 
         return E5_MODEL, E5_DIM
-    from recall.embedding import LOCAL_DIM, LOCAL_MODEL
+    from tempomem.recall.embedding import LOCAL_DIM, LOCAL_MODEL
 
     return LOCAL_MODEL, LOCAL_DIM
 
@@ -244,6 +245,9 @@ class LlmConfig(_Model):
     model: NonEmptyStr
     endpoint: NonEmptyStr | None = None
     timeout_ms: PositiveInt = LLM_TIMEOUT_MS_DEFAULT
+    # A bearer key for a hosted endpoint: inline, or (better) the name of an environment variable.
+    api_key: NonEmptyStr | None = None
+    api_key_env: NonEmptyStr | None = None
 
     @field_validator("endpoint")
     @classmethod
@@ -370,14 +374,38 @@ class MemoryConfig(_Model):
         return self
 
 
+class TemporalTLS(_Model):
+    """Mutual TLS to a Temporal cluster; paths resolve against the config file's folder."""
+
+    server_name: NonEmptyStr | None = None
+    server_ca_cert: NonEmptyStr | None = None
+    client_cert: NonEmptyStr | None = None
+    client_key: NonEmptyStr | None = None
+
+    @model_validator(mode="after")
+    def _pair(self) -> TemporalTLS:
+        if (self.client_cert is None) != (self.client_key is None):
+            raise ValueError("clientCert and clientKey go together")
+        return self
+
+
 class TemporalConfig(_Model):
-    """How to reach Temporal. ``taskQueue`` ``None`` = derived per memory store."""
+    """How to reach Temporal. ``taskQueue`` ``None`` = derived per memory store.
+
+    A key left out here comes from Temporal's environment configuration (``TEMPORAL_ADDRESS``,
+    ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``, ``TEMPORAL_PROFILE`` and the
+    profile file), then from the defaults below (``tempomem.connect``).
+    """
 
     address: NonEmptyStr = "localhost:7233"
     namespace: NonEmptyStr = "default"
     task_queue: NonEmptyStr | None = None
     api_key: str | None = None
-    tls: bool = False
+    # The name of an environment variable holding the API key (keeps the key out of the file).
+    api_key_env: NonEmptyStr | None = None
+    tls: bool | TemporalTLS = False
+    # An envconfig profile name (default: TEMPORAL_PROFILE, else "default").
+    profile: NonEmptyStr | None = None
     ui_url: NonEmptyStr = "http://localhost:8233"
     # Optional AES-256-GCM payload codec (tempomem.codec): the key as 64 hex chars or base64, either in an
     # owner-only file (a relative path is resolved against the config file's folder) or in the environment
@@ -393,11 +421,40 @@ class TemporalConfig(_Model):
         return value
 
 
+class ProviderConfig(_Model):
+    """One agent-host runtime provider: an OpenAI-compatible endpoint and its key (AMB-46)."""
+
+    endpoint: NonEmptyStr
+    api_key: NonEmptyStr | None = None
+    api_key_env: NonEmptyStr | None = None
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str) -> str:
+        _check_url(value)
+        return value
+
+
+class AgentHostConfig(_Model):
+    """``agentHost``: the provider registry that ``provider:model`` references resolve against when the
+    host supplies no in-process model client (AMB-46)."""
+
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+
+
 class TempomemConfig(_Model):
     """The whole config file."""
 
     memory: MemoryConfig
     temporal: TemporalConfig = Field(default_factory=TemporalConfig)
+    agent_host: AgentHostConfig | None = None
+    # The folder of the file this was loaded from: relative paths in it resolve there, wherever the
+    # process runs (None for configs built from data or the embedded defaults: the current folder).
+    _source_dir: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source_dir(self) -> Path | None:
+        return self._source_dir
 
 
 def _v(path: str, message: str) -> ConfigViolation:
@@ -633,7 +690,11 @@ def load_config_file(path: Path) -> TempomemConfig:
     cfg, violations = _validate(data)
     if duplicates or violations or cfg is None:
         raise ConfigError(duplicates + violations)
+    cfg._source_dir = path.resolve().parent
     return cfg
+
+
+load_config = load_config_file  # the public name (``from tempomem import load_config``)
 
 
 def default_config() -> TempomemConfig:

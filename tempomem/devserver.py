@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from storage.fsio import ensure_private_dir
+from tempomem.storage.fsio import ensure_private_dir
 
 
 class DevServerError(Exception):

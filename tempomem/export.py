@@ -63,14 +63,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from storage import graph as graph_store
-from storage import replay_projection
-from storage.fence import hold_fence
-from storage.fsio import UnsafePathError, atomic_write, ensure_private_dir, exclusive_lock, fsync_dir
-from storage.intake import INTAKE_DIR, Intake, IntakeError, IntakePayload, RecordState, intake_id
-from storage.markdown import append_bullets, read_document
-from storage.store_ref import STORE_LOCK
-from storage.turn_archive import ARCHIVE_DIR
+from tempomem.storage import graph as graph_store
+from tempomem.storage import replay_projection
+from tempomem.storage.fence import hold_fence
+from tempomem.storage.fsio import UnsafePathError, atomic_write, ensure_private_dir, exclusive_lock, fsync_dir
+from tempomem.storage.intake import INTAKE_DIR, Intake, IntakeError, IntakePayload, RecordState, intake_id
+from tempomem.storage.markdown import append_bullets, read_document
+from tempomem.storage.store_ref import STORE_LOCK
+from tempomem.storage.turn_archive import ARCHIVE_DIR
 
 FORMAT = "tempomem-export"
 FORMAT_VERSION = 1
@@ -787,8 +787,9 @@ def _print_error(exc: Exception) -> int:
 def add_export_commands(sub: Any, load: Any) -> None:
     """Register ``export`` and ``import`` on the ``tempomem`` subparsers.
 
-    ``load(args) -> (TempomemConfig, base_dir)`` is ``tempomem.cli._load``. ``AgentRunningError`` is left
-    to ``tempomem.cli.main`` (exit 3); archive problems print ``error: …`` and exit 1.
+    ``load(args) -> (TempomemConfig, base_dir)`` is ``tempomem.cli_common.load_args_config``.
+    ``AgentRunningError`` is left to ``tempomem.cli.main`` (exit 3); archive problems print ``error: …``
+    and exit 1.
     """
 
     def root_of(args: Any) -> Path:

@@ -42,9 +42,9 @@ from mcp.types import (
     ToolAnnotations,
 )
 
-from recall.graph_read import GraphReader
-from recall.journal import JournalSession
-from recall.tools import (
+from tempomem.recall.graph_read import GraphReader
+from tempomem.recall.journal import JournalSession
+from tempomem.recall.tools import (
     DEGRADED_TEXT,
     MEMORY_JOURNAL_DESCRIPTION,
     RECALL_LIMIT_DEFAULT,
@@ -55,12 +55,12 @@ from recall.tools import (
     memory_recall,
     memory_recall_description,
 )
-from storage.remember import RememberRejected, remember
+from tempomem.storage.remember import RememberRejected, remember
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
 
-    from recall.index import MemoryIndex
+    from tempomem.recall.index import MemoryIndex
     from tempomem.store import MemoryStore
 
 log = logging.getLogger("tempomem.mcp")
@@ -303,7 +303,7 @@ class MemoryTools:
     @property
     def index(self) -> MemoryIndex:
         if self._index is None:
-            from recall.index import MemoryIndex
+            from tempomem.recall.index import MemoryIndex
 
             self._index = MemoryIndex(self.store.root, self.store.embedder)
         return self._index
@@ -344,7 +344,7 @@ class MemoryTools:
         try:
             superseded_ids: set[str] | None = None
             if self.tier == "bujo":
-                from storage.replay_projection import superseded
+                from tempomem.storage.replay_projection import superseded
 
                 superseded_ids = set(superseded(self.store.root))
             result = memory_recall(
@@ -385,7 +385,7 @@ class MemoryTools:
         return _result(result.text, structured)
 
     def _remember(self, args: dict[str, Any]) -> CallToolResult:
-        from recall.embedding import EmbeddingError
+        from tempomem.recall.embedding import EmbeddingError
 
         try:
             result = remember(

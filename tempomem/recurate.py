@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
 
-    from activities.context import StoreContext
+    from tempomem.activities.context import StoreContext
     from tempomem.store import MemoryStore
-    from workflows.recurate import RecurateProgress
+    from tempomem.workflows.recurate import RecurateProgress
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # == activities.recurate.RUN_ID
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
@@ -53,8 +53,8 @@ class RecurateRequest:
 
 def recurate_worker_extras(ctx: StoreContext) -> tuple[list[type], list[Callable[..., Any]]]:
     """The workflow and activities a store's worker registers for re-curation."""
-    from activities.recurate import RecurateActivities
-    from workflows.recurate import RecurateWorkflow
+    from tempomem.activities.recurate import RecurateActivities
+    from tempomem.workflows.recurate import RecurateWorkflow
 
     acts = RecurateActivities(ctx)
     return [RecurateWorkflow], [acts.admit, acts.dry_run]
@@ -70,7 +70,7 @@ def make_request(
     run_id: str | None = None,
 ) -> RecurateRequest:
     """Validate everything that can be checked on this host; raises ``RecurateRequestError``."""
-    from activities.recurate import archived_count
+    from tempomem.activities.recurate import archived_count
 
     memory = store.config.memory
     if memory.mode != "bujo" or memory.write_mode != "capture":
@@ -110,8 +110,8 @@ async def start_recurate(
     """Start (or re-attach to) the re-curation ``req.run_id`` of ``store``; its worker does the work."""
     from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-    from activities.sweep import search_attributes_registered
-    from workflows.recurate import (
+    from tempomem.activities.sweep import search_attributes_registered
+    from tempomem.workflows.recurate import (
         RECURATE_WORKFLOW,
         RecurateInput,
         RecurateProgress,
@@ -173,9 +173,10 @@ def add_recurate_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_recurate(args: argparse.Namespace) -> int:
     from tempomem.backfill import _maybe_worker, note_missing_worker
-    from tempomem.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, _connect, _store
+    from tempomem.cli_common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, store_from_args
+    from tempomem.connect import connect
 
-    store = _store(args)
+    store = store_from_args(args)
     try:
         req = make_request(
             store,
@@ -190,10 +191,10 @@ def cmd_recurate(args: argparse.Namespace) -> int:
         return EXIT_USAGE if exc.usage else EXIT_ERROR
 
     from tempomem.follow import TurnBar, follow_workflow
-    from workflows.recurate import PROGRESS_QUERY, RecurateProgress
+    from tempomem.workflows.recurate import PROGRESS_QUERY, RecurateProgress
 
     async def main() -> RecurateProgress:
-        client = await _connect(store.config)
+        client = await connect(store.config, store.base_dir)
         handle = await start_recurate(client, store, req)
         print(f"recurate {handle.id} on task queue {store.task_queue}", file=sys.stderr, flush=True)
         async with _maybe_worker(client, store, enabled=args.worker) as worker:

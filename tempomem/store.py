@@ -1,39 +1,61 @@
-"""``MemoryStore``: the host-facing API — admit completed turns, search, rebuild (STORE-01, STORE-13)."""
+"""``MemoryStore``: the host-facing API (STORE-01, STORE-13, HOST-01).
+
+Admission, deliberate recall (the shaped MemoryRecall result), the journal, the automatic context block,
+Remember, search and rebuild. The async methods run their blocking file and index work in a worker
+thread, so an asyncio agent host can await them; the blocking ``*_sync`` twins (and ``search``,
+``remember``, ``rebuild``) are safe to call from several threads at once: every call opens its own read
+snapshot, and writers are serialised by the store's lock.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from activities.context import CaptureSettings, StoreContext
-from activities.sweep import start_capture
-from storage.intake import Intake, admit_turn
-from storage.snapshot import Sink, SnapshotPublisher
-from storage.store_ref import store_id, task_queue
-from storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
-from storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
+from tempomem.activities.context import CaptureSettings, StoreContext
+from tempomem.activities.sweep import start_capture
 from tempomem.config import TempomemConfig
+from tempomem.storage.intake import Intake, admit_turn
+from tempomem.storage.snapshot import Sink, SnapshotPublisher
+from tempomem.storage.store_ref import store_id, task_queue
+from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
+from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from temporalio.client import Client
 
-    from recall.embedding import EmbeddingProvider
-    from recall.index import Hit, RebuildReport
-    from storage.remember import RememberResult
+    from tempomem.activities.llm import HostModelClient
+    from tempomem.recall.auto_block import AutoLookup
+    from tempomem.recall.embedding import EmbeddingProvider
+    from tempomem.recall.index import Hit, RebuildReport
+    from tempomem.recall.journal import JournalResult
+    from tempomem.recall.tools import RecallResult
+    from tempomem.storage.remember import RememberResult
 
 log = logging.getLogger("tempomem.store")
+
+
+class StoreClosedError(RuntimeError):
+    """A call on a ``MemoryStore`` after ``close()``."""
 
 START_TIMEOUT_SECONDS = 2.0  # INTAKE-06: the best-effort workflow start may add at most this much
 START_COOLDOWN_SECONDS = 30.0  # after a failed start, skip further tries for a while: the sweeper catches up
 
 
 def resolve_root(config: TempomemConfig, base_dir: Path | None) -> Path:
+    """``memory.path``; a relative one resolves against ``base_dir``, else the folder of the config file
+    it was loaded from, else (the embedded defaults) the current folder."""
     path = Path(config.memory.path).expanduser()
-    return path if path.is_absolute() else (base_dir or Path.cwd()) / path
+    if path.is_absolute():
+        return path
+    return (base_dir or config.source_dir or Path.cwd()) / path
 
 
 def embedder_for(config: TempomemConfig) -> EmbeddingProvider | None:
@@ -41,23 +63,51 @@ def embedder_for(config: TempomemConfig) -> EmbeddingProvider | None:
     memory = config.memory
     if memory.mode == "lite" or memory.embeddings is None:
         return None
-    from recall.embedding import make_embedder
+    from tempomem.recall.embedding import make_embedder
 
     emb = memory.embeddings
     return make_embedder(emb.provider, emb.effective_model, emb.effective_dim, emb.effective_endpoint)
 
 
-def capture_settings(config: TempomemConfig) -> CaptureSettings | None:
-    """The plain capture settings activities need; None without a ``memory.llm`` block."""
+class SecretMissingError(ValueError):
+    """A config names an environment variable for a key, and it is unset (names the key, not a value)."""
+
+
+def _secret(value: str | None, env_name: str | None, where: str) -> str | None:
+    if env_name is None:
+        return value
+    found = os.environ.get(env_name)
+    if not found:
+        raise SecretMissingError(f"{where}: environment variable {env_name} is unset")
+    return found
+
+
+def capture_settings(
+    config: TempomemConfig, host_client: HostModelClient | None = None
+) -> CaptureSettings | None:
+    """The plain capture settings activities need; None without a ``memory.llm`` block. API keys are
+    read here, from the config or the environment variables it names, and stay in memory."""
+    from tempomem.activities.llm import ProviderEndpoint
+
     memory = config.memory
     if memory.llm is None:
         return None
     capture = memory.capture
+    registry = config.agent_host.providers if config.agent_host else {}
+    providers = {
+        name: ProviderEndpoint(
+            p.endpoint, _secret(p.api_key, p.api_key_env, f"agentHost.providers.{name}.apiKeyEnv")
+        )
+        for name, p in registry.items()
+    }
     return CaptureSettings(
         llm_provider=memory.llm.provider,
         llm_model=memory.llm.model,
-        llm_endpoint=memory.llm.endpoint,
+        llm_endpoint=memory.llm.effective_endpoint,
         timeout_ms=memory.llm.timeout_ms,
+        llm_api_key=_secret(memory.llm.api_key, memory.llm.api_key_env, "memory.llm.apiKeyEnv"),
+        providers=providers,
+        host_client=host_client,
         reconcile_model=capture.reconcile_model if capture else None,
         focus=capture.focus if capture else None,
         only=tuple(capture.only) if capture and capture.only is not None else None,
@@ -80,9 +130,12 @@ class MemoryStore:
         client: Client | None = None,
         first_delay_seconds: int = 60,
         snapshot_sinks: list[Sink] | None = None,
+        host_model: HostModelClient | None = None,
     ) -> None:
+        if not isinstance(config, TempomemConfig):
+            raise TypeError(f"config must be a TempomemConfig (load_config), not {type(config).__name__}")
         self.config = config
-        self.base_dir = base_dir
+        self.base_dir = base_dir if base_dir is not None else config.source_dir
         self.root = resolve_root(config, base_dir)
         self.store_id = store_id(self.root)
         self.task_queue = config.temporal.task_queue or task_queue(self.root)
@@ -93,6 +146,10 @@ class MemoryStore:
         self._client = client
         self._start_blocked_until = 0.0
         self._embedder: EmbeddingProvider | None = None
+        self._journal_session: Any = None
+        # llm.provider "agent-host": the host's own model client, used by this store's worker (HOST-03)
+        self.host_model = host_model
+        self._closed = False
 
     # -- write path ---------------------------------------------------------------------------------
     async def persist_completed_turn(self, turn: CompletedTurn) -> AdmissionResult:
@@ -101,6 +158,9 @@ class MemoryStore:
         Returns once the record is fsynced; raises a typed ``IntakeError`` (conflict, capacity, corrupt)
         with nothing changed on disk. The host keeps its answer either way (INTAKE-05).
         """
+        self._check_open()
+        if not isinstance(turn, CompletedTurn):
+            raise TypeError(f"turn must be a CompletedTurn, not {type(turn).__name__}")
         memory = self.config.memory
         capture = memory.capture
         result = admit_turn(
@@ -142,23 +202,25 @@ class MemoryStore:
 
     async def _connect(self) -> Client:
         if self._client is None:
-            from temporalio.client import Client
+            from tempomem.connect import connect
 
-            from tempomem.codec import data_converter_for_config
-
-            temporal = self.config.temporal
-            self._client = await Client.connect(
-                temporal.address,
-                namespace=temporal.namespace,
-                api_key=temporal.api_key,
-                tls=temporal.tls,
-                data_converter=data_converter_for_config(temporal, self.base_dir),
-            )
+            self._client = await connect(self.config, self.base_dir)
         return self._client
 
     def close(self) -> None:
-        """Stop the snapshot publisher (flushes what is pending)."""
+        """Stop the snapshot publisher (flushes what is pending). Later calls raise ``StoreClosedError``."""
+        self._closed = True
         self.publisher.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("this MemoryStore is closed")
+
+    async def __aenter__(self) -> MemoryStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
 
     def worker_context(self, client: Client | None = None) -> StoreContext:
         """Everything a worker of this store needs (see ``tempomem.worker.run_worker``)."""
@@ -170,7 +232,7 @@ class MemoryStore:
             embedder=self.embedder,
             client=client,
             first_delay_seconds=self.first_delay_seconds,
-            capture=capture_settings(self.config),
+            capture=capture_settings(self.config, self.host_model),
             turn_archive_days=self.turn_archive_days,
         )
 
@@ -187,9 +249,182 @@ class MemoryStore:
         return self._embedder
 
     def search(self, query: str, *, limit: int = 8) -> list[Hit]:
-        from recall.index import MemoryIndex
+        """Raw hybrid hits (scores, ranks, text), unshaped; for the model-facing result use ``recall``."""
+        from tempomem.recall.index import MemoryIndex
 
+        self._check_open()
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, not {type(query).__name__}")
         return MemoryIndex(self.root, self.embedder).search(query, limit=limit)
+
+    def _superseded_ids(self) -> set[str] | None:
+        if self.config.memory.mode != "bujo":
+            return None
+        from tempomem.storage.replay_projection import superseded
+
+        return set(superseded(self.root))
+
+    def _intent_expiry(self) -> bool:
+        memory = self.config.memory
+        return bool(memory.recall and memory.recall.intent_expiry and memory.mode == "bujo")
+
+    def recall_sync(
+        self,
+        query: str | None = None,
+        *,
+        kind: str | None = None,
+        about: str | None = None,
+        limit: int = 8,
+        use_original_query: bool = False,
+        original_hits: Sequence[Hit] | None = None,
+    ) -> RecallResult:
+        """MemoryRecall (REC-01..REC-47): the shaped hits, evidence notes and the text the model sees.
+
+        Invalid arguments raise ``RecallInputError`` (a ``ValueError`` with a ``code``); a failing backend
+        gives ``degraded=True`` and no hits (REC-19), never a raw error.
+        """
+        from tempomem.recall.graph_read import GraphReader
+        from tempomem.recall.index import MemoryIndex
+        from tempomem.recall.tools import memory_recall
+
+        self._check_open()
+        bujo = self.config.memory.mode == "bujo"
+        return memory_recall(
+            MemoryIndex(self.root, self.embedder),
+            query=query,
+            use_original_query=use_original_query,
+            original_hits=original_hits,
+            kind=kind,
+            about=about,
+            limit=limit,
+            superseded_ids=self._superseded_ids(),
+            intent_expiry=self._intent_expiry(),
+            graph=GraphReader(self.root) if bujo else None,  # GRAPH-09/11: only BuJo keeps a graph
+        )
+
+    async def recall(
+        self,
+        query: str | None = None,
+        *,
+        kind: str | None = None,
+        about: str | None = None,
+        limit: int = 8,
+        use_original_query: bool = False,
+        original_hits: Sequence[Hit] | None = None,
+    ) -> RecallResult:
+        """``recall_sync`` in a worker thread."""
+        return await asyncio.to_thread(
+            self.recall_sync,
+            query,
+            kind=kind,
+            about=about,
+            limit=limit,
+            use_original_query=use_original_query,
+            original_hits=original_hits,
+        )
+
+    def journal_sync(
+        self,
+        from_date: str | None = None,
+        through_date: str | None = None,
+        *,
+        time_zone: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> JournalResult:
+        """MemoryJournal (JRN-01..JRN-22): curated entries of a civil date range, oldest first.
+
+        A first call names the range and the IANA zone; a continuation passes only ``cursor`` (cursors are
+        valid for this store object, JRN-09). Errors raise ``JournalError`` with a ``code``.
+        """
+        from tempomem.recall.journal import JournalSession
+
+        self._check_open()
+        if self._journal_session is None:
+            self._journal_session = JournalSession()
+        session: JournalSession = self._journal_session
+        return session.call(
+            self.root,
+            from_date=from_date,
+            through_date=through_date,
+            time_zone=time_zone,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def journal(
+        self,
+        from_date: str | None = None,
+        through_date: str | None = None,
+        *,
+        time_zone: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> JournalResult:
+        """``journal_sync`` in a worker thread."""
+        return await asyncio.to_thread(
+            self.journal_sync, from_date, through_date, time_zone=time_zone, limit=limit, cursor=cursor
+        )
+
+    def automatic_context_sync(
+        self,
+        turn_text: str,
+        *,
+        verified_owner: bool,
+        surface: str = "web",
+        conversation_id: str | None = None,
+        owner_sender: str | None = None,
+        process_job_wake: bool = False,
+    ) -> AutoLookup:
+        """The automatic recall for one turn (AUTO-01..AUTO-32): person cards (BuJo), labelled background
+        and the block, in ``.context_text``; ``.hits`` is the bound lookup that ``recall(...,
+        use_original_query=True, original_hits=...)`` reuses (REC-10).
+
+        ``verified_owner``, ``surface`` and ``process_job_wake`` are host-stamped facts; the library never
+        infers them from text (AUTO-24). A backend failure yields an empty block, never an exception.
+        """
+        from tempomem.recall.auto_block import BackgroundScopes, TurnGate, automatic_lookup
+        from tempomem.recall.graph_read import GraphReader
+        from tempomem.recall.index import MemoryIndex
+        from tempomem.recall.tools import host_zone
+
+        self._check_open()
+        if not isinstance(turn_text, str):
+            raise TypeError(f"turn_text must be a str, not {type(turn_text).__name__}")
+        lookup: AutoLookup = automatic_lookup(
+            MemoryIndex(self.root, self.embedder),
+            turn_text,
+            now=datetime.now(UTC),
+            tz=host_zone(),
+            gate=TurnGate(verified_owner=verified_owner, surface=surface, process_job_wake=process_job_wake),
+            conversation_id=conversation_id,
+            superseded_ids=self._superseded_ids(),
+            intent_expiry=self._intent_expiry(),
+            cards_from=GraphReader(self.root) if self.config.memory.mode == "bujo" else None,
+            background=BackgroundScopes(owner_sender=owner_sender),
+        )
+        return lookup
+
+    async def automatic_context(
+        self,
+        turn_text: str,
+        *,
+        verified_owner: bool,
+        surface: str = "web",
+        conversation_id: str | None = None,
+        owner_sender: str | None = None,
+        process_job_wake: bool = False,
+    ) -> AutoLookup:
+        """``automatic_context_sync`` in a worker thread."""
+        return await asyncio.to_thread(
+            self.automatic_context_sync,
+            turn_text,
+            verified_owner=verified_owner,
+            surface=surface,
+            conversation_id=conversation_id,
+            owner_sender=owner_sender,
+            process_job_wake=process_job_wake,
+        )
 
     def remember(
         self,
@@ -206,9 +441,10 @@ class MemoryStore:
         reason code, nothing written) for credentials, unsafe text, tier restrictions, unknown targets or
         when ``memory.rememberTool.enabled`` is false (REM-03).
         """
-        from recall.index import MemoryIndex
-        from storage.remember import RememberRejected, remember
+        from tempomem.recall.index import MemoryIndex
+        from tempomem.storage.remember import RememberRejected, remember
 
+        self._check_open()
         if not self.config.memory.remember_tool.enabled:
             raise RememberRejected("tool_disabled")
         return remember(
@@ -223,7 +459,27 @@ class MemoryStore:
             index=MemoryIndex(self.root, self.embedder),
         )
 
-    def rebuild(self) -> RebuildReport:
-        from recall.index import MemoryIndex
+    async def remember_async(
+        self,
+        text: str,
+        *,
+        conversation_id: str,
+        about: str | None = None,
+        supersedes: str | None = None,
+        replaceable: bool = False,
+    ) -> RememberResult:
+        """``remember`` in a worker thread."""
+        return await asyncio.to_thread(
+            self.remember,
+            text,
+            conversation_id=conversation_id,
+            about=about,
+            supersedes=supersedes,
+            replaceable=replaceable,
+        )
 
+    def rebuild(self) -> RebuildReport:
+        from tempomem.recall.index import MemoryIndex
+
+        self._check_open()
         return MemoryIndex(self.root, self.embedder).rebuild()

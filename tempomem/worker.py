@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import (
     Client,
@@ -22,21 +23,25 @@ from temporalio.client import (
 )
 from temporalio.worker import Worker
 
-from activities.consolidation import ensure_consolidation_schedule
-from activities.context import StoreContext
-from activities.curation import CurationActivities
-from activities.intake_ops import IntakeActivities
-from activities.projection import ProjectionActivities
-from activities.sweep import SweepActivities, register_search_attributes, sweep_store
-from storage.fence import hold_fence
-from storage.limits import SHUTDOWN_DRAIN_SECONDS
-from storage.snapshot import Sink, SnapshotPublisher
+from tempomem.activities.consolidation import ensure_consolidation_schedule
+from tempomem.activities.context import StoreContext
+from tempomem.activities.curation import CurationActivities
+from tempomem.activities.intake_ops import IntakeActivities
+from tempomem.activities.llm import check_capture_models
+from tempomem.activities.projection import ProjectionActivities
+from tempomem.activities.sweep import SweepActivities, register_search_attributes, sweep_store
 from tempomem.backfill import backfill_worker_extras
 from tempomem.export import recover_interrupted_import
 from tempomem.recurate import recurate_worker_extras
-from workflows.capture import CaptureWorkflow
-from workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
-from workflows.sweep import IntakeSweepWorkflow
+from tempomem.storage.fence import hold_fence
+from tempomem.storage.limits import SHUTDOWN_DRAIN_SECONDS
+from tempomem.storage.snapshot import Sink, SnapshotPublisher
+from tempomem.workflows.capture import CaptureWorkflow
+from tempomem.workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
+from tempomem.workflows.sweep import IntakeSweepWorkflow
+
+if TYPE_CHECKING:
+    from tempomem.store import MemoryStore
 
 log = logging.getLogger("tempomem.worker")
 SWEEP_EVERY = timedelta(minutes=1)
@@ -64,17 +69,43 @@ def store_activities(ctx: StoreContext) -> Sequence[Any]:
     ]
 
 
-def build_worker(client: Client, ctx: StoreContext, *, executor: concurrent.futures.Executor) -> Worker:
-    """One activity at a time: captures of one store never race each other (INTAKE-15)."""
+@dataclass(frozen=True)
+class WorkerParts:
+    """What a worker of one store registers, for a team that builds its own ``temporalio.worker.Worker``
+    (own client, namespace, interceptors, data converter): pass ``workflows`` and ``activities`` on
+    ``task_queue`` with ``max_concurrent_activities=1`` (one writer per store, INTAKE-15) and a thread
+    pool as ``activity_executor``. ``run_worker`` does the rest tempomem's own worker does (fence, start
+    sweep, schedules)."""
+
+    context: StoreContext
+    task_queue: str
+    workflows: list[type]
+    activities: list[Callable[..., Any]]
+
+
+def store_worker_parts(store: MemoryStore | StoreContext, client: Client) -> WorkerParts:
+    """The workflows and activities of one store, bound to ``client`` (the sweeper starts captures
+    through it)."""
+    ctx = store.worker_context(client) if not isinstance(store, StoreContext) else store
+    ctx.client = client
     extra_workflows, extra_activities = backfill_worker_extras(ctx)  # backfill + consolidation
     recurate_workflows, recurate_activities = recurate_worker_extras(ctx)
-    extra_workflows = [*extra_workflows, *recurate_workflows]
-    extra_activities = [*extra_activities, *recurate_activities]
+    return WorkerParts(
+        context=ctx,
+        task_queue=ctx.task_queue,
+        workflows=[CaptureWorkflow, IntakeSweepWorkflow, *extra_workflows, *recurate_workflows],
+        activities=[*store_activities(ctx), *extra_activities, *recurate_activities],
+    )
+
+
+def build_worker(client: Client, ctx: StoreContext, *, executor: concurrent.futures.Executor) -> Worker:
+    """One activity at a time: captures of one store never race each other (INTAKE-15)."""
+    parts = store_worker_parts(ctx, client)
     return Worker(
         client,
-        task_queue=ctx.task_queue,
-        workflows=[CaptureWorkflow, IntakeSweepWorkflow, *extra_workflows],
-        activities=[*store_activities(ctx), *extra_activities],
+        task_queue=parts.task_queue,
+        workflows=parts.workflows,
+        activities=parts.activities,
         activity_executor=executor,
         max_concurrent_activities=1,
         graceful_shutdown_timeout=timedelta(seconds=SHUTDOWN_DRAIN_SECONDS),
@@ -116,6 +147,8 @@ async def run_worker(
     including the shutdown state.
     """
     ctx.client = client
+    if ctx.capture is not None and ctx.write_mode == "capture":
+        check_capture_models(ctx.capture)  # refuse now rather than fail every turn for 44.5 h
     publisher = SnapshotPublisher(ctx.intake, snapshot_sinks)
     try:
         return await _run(client, ctx, stop=stop, schedule=schedule, publisher=publisher)

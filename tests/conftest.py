@@ -12,12 +12,12 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.context import StoreContext
+from tempomem.activities.context import StoreContext
 from tempomem.config import TempomemConfig, load_config_data
 from tempomem.devserver import temporal_cli
 from tempomem.store import MemoryStore
 from tempomem.worker import run_worker
-from workflows import search_attributes
+from tempomem.workflows import search_attributes
 
 
 @pytest.fixture(scope="session")

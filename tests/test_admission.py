@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from storage import intake as intake_module
-from storage.admission_rules import capture_parts, host_summary, is_no_op_answer, skip_reason
-from storage.intake import (
+from tempomem.storage import intake as intake_module
+from tempomem.storage.admission_rules import capture_parts, host_summary, is_no_op_answer, skip_reason
+from tempomem.storage.intake import (
     Intake,
     IntakeCapacityError,
     IntakeConflictError,
@@ -21,8 +21,8 @@ from storage.intake import (
     build_payload,
     intake_id,
 )
-from storage.limits import MAX_RECORD_BYTES, SUMMARY_ANSWER_MAX_BYTES
-from storage.turn import CompletedTurn, SkipReason
+from tempomem.storage.limits import MAX_RECORD_BYTES, SUMMARY_ANSWER_MAX_BYTES
+from tempomem.storage.turn import CompletedTurn, SkipReason
 
 T0 = datetime(2026, 12, 3, 9, 30, 15, 123000, tzinfo=UTC)
 

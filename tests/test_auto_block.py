@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from recall.auto_block import (
+from tempomem.recall.auto_block import (
     HEADING,
     TurnGate,
     automatic_lookup,
@@ -18,9 +18,9 @@ from recall.auto_block import (
     load_block,
     select_auto_block,
 )
-from recall.search import Hit
-from recall.tools import memory_recall
-from storage.limits import (
+from tempomem.recall.search import Hit
+from tempomem.recall.tools import memory_recall
+from tempomem.storage.limits import (
     AUTO_BLOCK_BUDGET_BYTES,
     AUTO_BLOCK_FLOOR,
     AUTO_BLOCK_LINES,
@@ -291,9 +291,9 @@ def test_automatic_lookup_keeps_hits_for_original_query_even_when_gated() -> Non
 
 
 def test_integration_real_index_block_excludes_current_conversation(tmp_path: Path) -> None:
-    from recall.embedding import LocalMiniLMEmbedder
-    from recall.index import MemoryIndex
-    from storage.markdown import Bullet, append_bullets
+    from tempomem.recall.embedding import LocalMiniLMEmbedder
+    from tempomem.recall.index import MemoryIndex
+    from tempomem.storage.markdown import Bullet, append_bullets
 
     def b(i: int, text: str, session: str | None, recorded: str) -> Bullet:
         return Bullet(signifier="–", text=text, id=f"i{i}", type="note", status="open", recorded=recorded,

@@ -24,11 +24,8 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Replayer, Worker
 
-from activities.backfill import iter_jsonl, load_locomo, locomo_run_id, read_jsonl
-from activities.sweep import sweep_store
-from storage.intake import RecordState, intake_id
-from storage.markdown import iter_bullets
-from storage.turn import CompletedTurn
+from tempomem.activities.backfill import iter_jsonl, load_locomo, locomo_run_id, read_jsonl
+from tempomem.activities.sweep import sweep_store
 from tempomem.backfill import (
     FORMATS,
     ProgressBar,
@@ -39,13 +36,16 @@ from tempomem.backfill import (
     start_backfill,
     write_jsonl,
 )
+from tempomem.storage.intake import RecordState, intake_id
+from tempomem.storage.markdown import iter_bullets
+from tempomem.storage.turn import CompletedTurn
 from tempomem.store import MemoryStore
 from tempomem.worker import store_activities
+from tempomem.workflows.backfill import PROGRESS_QUERY, SOURCE_FORMATS, BackfillProgress, BackfillWorkflow
+from tempomem.workflows.capture import CaptureWorkflow
+from tempomem.workflows.sweep import IntakeSweepWorkflow
 from tests.conftest import make_store
 from tests.test_capture_flow import _payload_data
-from workflows.backfill import PROGRESS_QUERY, SOURCE_FORMATS, BackfillProgress, BackfillWorkflow
-from workflows.capture import CaptureWorkflow
-from workflows.sweep import IntakeSweepWorkflow
 
 LOCOMO = Path("/work/shared/data/locomo/locomo-dev.json")
 T0 = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)

@@ -20,12 +20,12 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from storage.intake import RecordState
-from storage.markdown import iter_bullets
-from storage.turn import AdmissionStatus, CompletedTurn
+from tempomem.storage.intake import RecordState
+from tempomem.storage.markdown import iter_bullets
+from tempomem.storage.turn import AdmissionStatus, CompletedTurn
 from tempomem.store import START_TIMEOUT_SECONDS
+from tempomem.workflows.common import CaptureOutcome, capture_workflow_id
 from tests.conftest import make_store, running_worker
-from workflows.common import CaptureOutcome, capture_workflow_id
 
 T0 = datetime(2026, 12, 3, 9, 30, 15, 123000, tzinfo=UTC)
 REPO = Path(__file__).resolve().parent.parent
@@ -248,8 +248,8 @@ async def test_sweep_schedule_starts_records_admitted_while_temporal_was_away(
 
 
 async def test_workflow_is_observable_in_the_ui_without_content(client: Client, tmp_path: Path) -> None:
-    from workflows import search_attributes as sa
-    from workflows.common import CaptureStatus
+    from tempomem.workflows import search_attributes as sa
+    from tempomem.workflows.common import CaptureStatus
 
     store = make_store(tmp_path / "mem", client, mode="journal")
     result = await store.persist_completed_turn(turn("ui-1", "Heron-Paddle-8812 is where the spare key is."))

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from storage import graph, replay_projection
-from storage.intake import RecordState
-from storage.markdown import iter_bullets
-from storage.turn import CompletedTurn
+from tempomem.storage import graph, replay_projection
+from tempomem.storage.intake import RecordState
+from tempomem.storage.markdown import iter_bullets
+from tempomem.storage.turn import CompletedTurn
+from tempomem.workflows.common import capture_workflow_id
 from tests.conftest import make_store, running_worker
 from tests.scripted_model import HttpError, ScriptedModelServer
 from tests.test_capture_flow import _payload_data, outcome_of
-from workflows.common import capture_workflow_id
 
 T1 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 T2 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)

@@ -82,9 +82,9 @@ def test_demo_search_rebuild_and_inspect(client: Client, tmp_path: Path) -> None
     assert "/namespaces/default/workflows/capture-" in demo.stdout
     # The recall part is the shaped MemoryRecall rendering (tail cut, notes, currentness), exactly what
     # the tool returns for the same store, not raw reference scores; memory text never reaches stderr.
-    from recall.tools import memory_recall
     from tempomem.config import load_config_data
     from tempomem.demo import load_demo
+    from tempomem.recall.tools import memory_recall
     from tempomem.store import MemoryStore
 
     sections = demo.stdout.split("\n\nEach turn's workflow")[0].split('\nMemoryRecall "')[1:]

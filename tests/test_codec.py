@@ -316,11 +316,11 @@ async def test_history_is_encrypted_yet_the_codec_client_reads_the_result(
 # -- the commands ------------------------------------------------------------------------------------------
 RUN_CODEC_COMMANDS = """
 import argparse, sys
-from tempomem import cli
+from tempomem import cli_common
 from tempomem.codec_server import add_codec_commands
 parser = argparse.ArgumentParser()
 parser.add_argument("--config")
-add_codec_commands(parser.add_subparsers(dest="command", required=True), cli._load)
+add_codec_commands(parser.add_subparsers(dest="command", required=True), cli_common.load_args_config)
 args = parser.parse_args(sys.argv[1:])
 sys.exit(args.func(args))
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from storage.intake import RecordState
+from tempomem.storage.intake import RecordState
 from tests.conftest import make_store, running_worker
 from tests.scripted_model import ScriptedModelServer
 from tests.test_capture_flow import outcome_of, wait_until
@@ -112,9 +112,9 @@ async def test_lost_sidecar_is_adopted_from_the_retained_intent(client: Client, 
     """RPL-10..RPL-15: after a crash past the sidecar step, a lost sidecar is re-attested from the retained
     capture intent alone (no index inference); the replay converges to the reference bytes, and health
     reports an edge naming no canonical line as canonical_mismatch."""
-    from activities.adoption import adopt_replay
-    from storage import replay_projection
-    from storage.health import audit
+    from tempomem.activities.adoption import adopt_replay
+    from tempomem.storage import replay_projection
+    from tempomem.storage.health import audit
 
     with ScriptedModelServer() as model:
         await run_two_turns(client, tmp_path / "reference", model, None)

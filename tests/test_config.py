@@ -10,13 +10,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from storage.limits import (
-    CAPTURE_FOCUS_MAX_BYTES,
-    EMBEDDING_DIM_DEFAULT,
-    LLM_TIMEOUT_MS_DEFAULT,
-    MAX_BYTES_DEFAULT,
-    OLLAMA_ENDPOINT_DEFAULT,
-)
 from tempomem.config import (
     CaptureConfig,
     ConfigError,
@@ -30,6 +23,13 @@ from tempomem.config import (
     load_config_data,
     load_config_file,
     validate_config_data,
+)
+from tempomem.storage.limits import (
+    CAPTURE_FOCUS_MAX_BYTES,
+    EMBEDDING_DIM_DEFAULT,
+    LLM_TIMEOUT_MS_DEFAULT,
+    MAX_BYTES_DEFAULT,
+    OLLAMA_ENDPOINT_DEFAULT,
 )
 
 # --- the reference page's examples, verbatim ---

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.consolidation import consolidation_schedule_id, ensure_consolidation_schedule
-from storage import graph
-from storage.consolidation import (
+from tempomem.activities.consolidation import consolidation_schedule_id, ensure_consolidation_schedule
+from tempomem.backfill import consolidate_now
+from tempomem.storage import graph
+from tempomem.storage.consolidation import (
     INDEX_NAME,
     MAX_GROUPS,
     consolidate,
@@ -24,9 +25,8 @@ from storage.consolidation import (
     entity_preview,
     render_index,
 )
-from storage.markdown import Bullet, append_bullets
-from storage.replay_projection import sidecar_path
-from tempomem.backfill import consolidate_now
+from tempomem.storage.markdown import Bullet, append_bullets
+from tempomem.storage.replay_projection import sidecar_path
 from tests.conftest import make_store
 from tests.test_backfill import backfill_worker
 

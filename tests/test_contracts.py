@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from activities.contracts import (
+from tempomem.activities.contracts import (
     REASONS,
     ContractViolation,
     ReconcileDecision,
@@ -30,7 +30,7 @@ from activities.contracts import (
     unsafe_text_reason,
     utf16_length,
 )
-from activities.prompts import (
+from tempomem.activities.prompts import (
     ExistingMemory,
     ReconcileCandidate,
     extraction_messages,
@@ -38,7 +38,7 @@ from activities.prompts import (
     reconcile_messages,
     review_messages,
 )
-from storage.limits import CAPTURE_COMPLETION_MAX_UTF16, EXTRACTION_MAX_MEMORIES
+from tempomem.storage.limits import CAPTURE_COMPLETION_MAX_UTF16, EXTRACTION_MAX_MEMORIES
 
 # -- helpers -------------------------------------------------------------------------------------------------
 

@@ -111,8 +111,10 @@ def test_a_broken_copy_fails_validation(tmp_path: Path, breakage: str) -> None:
 
 # -- Dockerfile vs pyproject ---------------------------------------------------------------------------------
 def setuptools_packages() -> list[str]:
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    return list(pyproject["tool"]["setuptools"]["packages"])
+    """The source folders of [tool.setuptools] packages (package-dir maps tempomem.storage to storage/)."""
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapping = setuptools.get("package-dir", {})
+    return [mapping.get(name, name) for name in setuptools["packages"]]
 
 
 def copied_sources(dockerfile: str) -> set[str]:
@@ -140,7 +142,7 @@ def test_dockerfile_copies_every_package() -> None:
     packages = setuptools_packages()
     assert {"tempomem", "storage", "recall", "activities", "workflows"} <= set(packages)
     assert missing_packages(text, packages) == []
-    assert {"pyproject.toml", "README.md"} <= copied_sources(text)
+    assert {"pyproject.toml", "README.md", "constraints.txt"} <= copied_sources(text)
     # The check itself can fail: drop one COPY and it notices.
     assert missing_packages(text.replace("COPY recall ./recall\n", ""), packages) == ["recall"]
     assert missing_packages(text, [*packages, "newpkg"]) == ["newpkg"]
@@ -149,7 +151,7 @@ def test_dockerfile_copies_every_package() -> None:
 def test_dockerignore_keeps_every_package() -> None:
     ignore = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
     assert "**" in ignore  # allow-list: nothing else from the repository reaches the build context
-    for name in [*setuptools_packages(), "pyproject.toml", "README.md"]:
+    for name in [*setuptools_packages(), "pyproject.toml", "README.md", "constraints.txt"]:
         assert f"!{name}/" in ignore or f"!{name}" in ignore, name
 
 

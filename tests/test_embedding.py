@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from recall.embedding import (
+from tempomem.recall.embedding import (
     EmbeddingError,
     EmbeddingIdentity,
     EmbeddingProvider,

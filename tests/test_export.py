@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from storage import graph as graph_store
-from storage import replay_projection
-from storage.fence import AgentRunningError, hold_fence
-from storage.intake import Intake, build_payload
-from storage.markdown import Bullet, append_bullets, iter_bullets
-from storage.replay_projection import Authority, Entry, entry_id
-from storage.turn import CompletedTurn
 from tempomem import export as ex
+from tempomem.storage import graph as graph_store
+from tempomem.storage import replay_projection
+from tempomem.storage.fence import AgentRunningError, hold_fence
+from tempomem.storage.intake import Intake, build_payload
+from tempomem.storage.markdown import Bullet, append_bullets, iter_bullets
+from tempomem.storage.replay_projection import Authority, Entry, entry_id
+from tempomem.storage.turn import CompletedTurn
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 SECRET = "my passport number is X1234567"
@@ -424,11 +424,11 @@ def test_export_and_import_commands_via_their_parser(
     """The handlers `tempomem.cli` registers, driven through a parser of their own (independent of cli.py)."""
     import argparse
 
-    from tempomem import cli
+    from tempomem import cli_common
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--config")
-    ex.add_export_commands(parser.add_subparsers(dest="command", required=True), cli._load)
+    ex.add_export_commands(parser.add_subparsers(dest="command", required=True), cli_common.load_args_config)
 
     def run(*argv: str) -> int:
         args = parser.parse_args(list(argv))
@@ -471,8 +471,8 @@ def test_import_refuses_a_store_with_a_symlinked_canonical_file(tmp_path: Path) 
 # -- archived turns (re-curation's input) ------------------------------------------------------------------
 def _archive_turn(root: Path, run_id: str, text: str = "I moved to Porto in May") -> tuple[str, bytes]:
     """Archive a capture turn's payload as a successful resolve does; (relative path, bytes)."""
-    from storage.intake import canonical_json
-    from storage.turn_archive import TurnArchive
+    from tempomem.storage.intake import canonical_json
+    from tempomem.storage.turn_archive import TurnArchive
 
     turn = CompletedTurn(
         run_id=run_id,
@@ -494,7 +494,7 @@ def test_archived_turns_travel_with_export_restore_and_apply(tmp_path: Path) -> 
     (untouched) a turn archived with other bytes under the same id."""
     from datetime import date
 
-    from storage.turn_archive import TurnArchive
+    from tempomem.storage.turn_archive import TurnArchive
 
     src = make_store(tmp_path / "src")
     rel, data = _archive_turn(src, "run-archived")

@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 
-from recall.auto_block import TurnGate, automatic_lookup
-from recall.graph_read import (
+from tempomem.recall.auto_block import TurnGate, automatic_lookup
+from tempomem.recall.graph_read import (
     RELATED_ENTITY_PENALTY,
     SAME_ENTITY_PENALTY,
     GraphReader,
     expand_hits,
     expansion_candidates,
 )
-from recall.search import Hit
-from recall.tools import memory_recall
-from storage import graph as g
-from storage.markdown import Bullet, append_bullets
+from tempomem.recall.search import Hit
+from tempomem.recall.tools import memory_recall
+from tempomem.storage import graph as g
+from tempomem.storage.markdown import Bullet, append_bullets
 
 NOW = datetime(2026, 7, 10, 12, 0, tzinfo=UTC)
 DAY = "2026-07-01"

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from recall import journal as jmod
-from recall.journal import (
+from tempomem.recall import journal as jmod
+from tempomem.recall.journal import (
     UNSAFE_ID_MARKER,
     UNSAFE_TEXT_MARKER,
     JournalError,
@@ -18,9 +18,9 @@ from recall.journal import (
     make_entry,
     resolve_range,
 )
-from recall.shaping import cut_utf8
-from recall.tools import JournalErrorResult, memory_journal
-from storage.markdown import Bullet, append_bullets
+from tempomem.recall.shaping import cut_utf8
+from tempomem.recall.tools import JournalErrorResult, memory_journal
+from tempomem.storage.markdown import Bullet, append_bullets
 
 _N = 0
 

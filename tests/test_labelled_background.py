@@ -13,21 +13,21 @@ from typing import Any
 
 import pytest
 
-from recall.auto_block import (
+from tempomem.recall.auto_block import (
     HEADING,
     BackgroundScopes,
     TurnGate,
     automatic_lookup,
     select_auto_block,
 )
-from recall.guidance import (
+from tempomem.recall.guidance import (
     BACKGROUND_HEADING,
     BACKGROUND_MAX_BYTES,
     labelled_background,
     turn_scope_kind,
 )
-from recall.search import Hit
-from storage.limits import (
+from tempomem.recall.search import Hit
+from tempomem.storage.limits import (
     AUTO_BLOCK_FLOOR,
     AUTO_CONTEXT_MAX_BYTES,
     BACKGROUND_MEDIAN_LEAD,
@@ -416,9 +416,9 @@ def test_GUIDE15_background_bytes_shrink_the_block_share() -> None:
 
 def test_GUIDE15_card_and_background_share_the_context(tmp_path: Path) -> None:
     """GUIDE-15: person card, labelled background and block together stay within 2,560 bytes."""
-    from recall.graph_read import GraphReader
-    from storage import graph as g
-    from storage.markdown import Bullet, append_bullets
+    from tempomem.recall.graph_read import GraphReader
+    from tempomem.storage import graph as g
+    from tempomem.storage.markdown import Bullet, append_bullets
 
     facts = [
         Bullet(signifier="–", text=f"Morgan fact {i}.", id=f"m{i:03d}", type="fact", status="open",
@@ -490,9 +490,9 @@ def test_GUIDE06_off_switch_is_byte_identical() -> None:
 def test_integration_real_index_background(tmp_path: Path) -> None:
     """GUIDE-06 / GUIDE-07 / GUIDE-14 over a real index: the strongly matching preference joins, its
     same-slot opposite joins only with the floor, unlabelled and assistant lessons never do."""
-    from recall.embedding import LocalMiniLMEmbedder
-    from recall.index import MemoryIndex
-    from storage.markdown import Bullet, append_bullets
+    from tempomem.recall.embedding import LocalMiniLMEmbedder
+    from tempomem.recall.index import MemoryIndex
+    from tempomem.storage.markdown import Bullet, append_bullets
 
     def b(i: int, text: str, *labels: dict[str, Any]) -> Bullet:
         return Bullet(

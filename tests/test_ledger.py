@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from storage import intake as intake_module
-from storage.intake import (
+from tempomem.storage import intake as intake_module
+from tempomem.storage.intake import (
     Intake,
     IntakeConflictError,
     IntakeCorruptError,
@@ -21,8 +21,8 @@ from storage.intake import (
     build_payload,
     intake_id,
 )
-from storage.ledger import CATALOG_BYTES, SCHEMA_MARKER
-from storage.limits import LEDGER_ENTRY_BYTES
+from tempomem.storage.ledger import CATALOG_BYTES, SCHEMA_MARKER
+from tempomem.storage.limits import LEDGER_ENTRY_BYTES
 from tests.helpers.crash_admit import crash_turn
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from activities.contracts import ContractViolation, parse_extraction
-from activities.llm import (
+from tempomem.activities.contracts import ContractViolation, parse_extraction
+from tempomem.activities.llm import (
     ChatMessage,
     LlmProtocolError,
     LlmTimeout,
@@ -23,7 +23,7 @@ from activities.llm import (
     OpenAICompatChat,
     make_chat_model,
 )
-from activities.prompts import extraction_messages
+from tempomem.activities.prompts import extraction_messages
 from tests.scripted_model import OLLAMA_PATH, OPENAI_PATH, Delay, Hang, HttpError, Raw, ScriptedModelServer
 
 MESSAGES: list[ChatMessage] = [
@@ -287,7 +287,7 @@ def test_model_and_embedding_clients_share_one_verifying_tls_context() -> None:
     the one process-wide context instead, and it still verifies certificates and host names."""
     import ssl
 
-    from storage.tls import client_context
+    from tempomem.storage.tls import client_context
 
     ctx = client_context()
     assert ctx is client_context()

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.limits import SOURCE_SESSION_MAX_BYTES
-from storage.markdown import (
+from tempomem.storage.limits import SOURCE_SESSION_MAX_BYTES
+from tempomem.storage.markdown import (
     SIGNIFIERS,
     Bullet,
     MarkdownDocument,

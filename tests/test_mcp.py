@@ -19,9 +19,6 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult
 
-from recall.tools import MEMORY_JOURNAL_DESCRIPTION, memory_recall_description
-from storage.markdown import iter_bullets
-from storage.remember import remember_id
 from tempomem.mcp_server import (
     JOURNAL_SCHEMA,
     RECALL_SCHEMA,
@@ -30,6 +27,9 @@ from tempomem.mcp_server import (
     check_arguments,
     remember_description,
 )
+from tempomem.recall.tools import MEMORY_JOURNAL_DESCRIPTION, memory_recall_description
+from tempomem.storage.markdown import iter_bullets
+from tempomem.storage.remember import remember_id
 
 FACT = "Morgan works as a librarian at the Maple Harbor public library since March 2024."
 CREDENTIAL_FACT = "The staging password: hunter2-Sup3rSecret for the deploy box."

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.fence import hold_fence
-from storage.intake import FailureCategory, Intake, ProcessingState, RecordState, build_payload
-from storage.turn import CompletedTurn
+from tempomem.storage.fence import hold_fence
+from tempomem.storage.intake import FailureCategory, Intake, ProcessingState, RecordState, build_payload
+from tempomem.storage.turn import CompletedTurn
 from tests.test_cli import tempomem, write_config
 
 NOW = datetime(2026, 12, 3, 14, 0, tzinfo=UTC)

@@ -13,9 +13,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from recall.auto_block import TurnGate, automatic_lookup
-from recall.graph_read import GraphReader
-from recall.person_card import (
+from tempomem.recall.auto_block import TurnGate, automatic_lookup
+from tempomem.recall.graph_read import GraphReader
+from tempomem.recall.person_card import (
     CARD_HEADING,
     CONFLICTING,
     PERSON_CARD_MAX_BYTES,
@@ -23,11 +23,11 @@ from recall.person_card import (
     match_people,
     person_cards,
 )
-from recall.search import Hit
-from storage import graph as g
-from storage.graph import EntityRow
-from storage.limits import AUTO_CONTEXT_MAX_BYTES
-from storage.markdown import Bullet, append_bullets
+from tempomem.recall.search import Hit
+from tempomem.storage import graph as g
+from tempomem.storage.graph import EntityRow
+from tempomem.storage.limits import AUTO_CONTEXT_MAX_BYTES
+from tempomem.storage.markdown import Bullet, append_bullets
 
 NOW = datetime(2026, 9, 10, 12, 0, tzinfo=UTC)
 SECRET_SESSION = "web:thread-secret-42"

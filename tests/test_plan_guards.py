@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from activities.contracts import ReconcileDecision, ReviewDecision, parse_extraction
-from activities.plan import (
+from tempomem.activities.contracts import ReconcileDecision, ReviewDecision, parse_extraction
+from tempomem.activities.plan import (
     Existing,
     PlanLabel,
     PlanMemory,

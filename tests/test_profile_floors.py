@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from recall.auto_block import TurnGate, automatic_lookup, select_auto_block
-from recall.guidance import GUIDANCE_FLOOR, guidance_lines, labelled_background
-from recall.index import MemoryIndex
-from recall.profiles import PROFILES, REFERENCE, TUNED, TUNED_MINILM, RecallProfile, scored_by
-from recall.search import Candidate, Hit, rank
-from recall.shaping import INSUFFICIENT_PREFIX, answer_floor, shape_hits
-from recall.tools import memory_recall
-from storage.limits import AUTO_BLOCK_FLOOR, DELIBERATE_FLOOR
-from storage.markdown import Bullet, append_bullets
+from tempomem.recall.auto_block import TurnGate, automatic_lookup, select_auto_block
+from tempomem.recall.guidance import GUIDANCE_FLOOR, guidance_lines, labelled_background
+from tempomem.recall.index import MemoryIndex
+from tempomem.recall.profiles import PROFILES, REFERENCE, TUNED, TUNED_MINILM, RecallProfile, scored_by
+from tempomem.recall.search import Candidate, Hit, rank
+from tempomem.recall.shaping import INSUFFICIENT_PREFIX, answer_floor, shape_hits
+from tempomem.recall.tools import memory_recall
+from tempomem.storage.limits import AUTO_BLOCK_FLOOR, DELIBERATE_FLOOR
+from tempomem.storage.markdown import Bullet, append_bullets
 
 NOW = datetime(2026, 7, 10, 12, 0, tzinfo=UTC)
 OWNER = TurnGate(verified_owner=True, surface="web")

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import recall.fts as fts
-from recall.index import MemoryIndex
+import tempomem.recall.fts as fts
+from tempomem.recall.index import MemoryIndex
 from tests.test_recall_index import HashEmbedder, write_store
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo-dev.json"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import recall.index as index_mod
-from recall.index import MemoryIndex
-from storage.markdown import append_bullets
+import tempomem.recall.index as index_mod
+from tempomem.recall.index import MemoryIndex
+from tempomem.storage.markdown import append_bullets
 from tests.test_recall_index import HashEmbedder, bullet, write_store
 
 QUERIES = [
@@ -81,8 +81,8 @@ def test_upserts_score_exactly_as_a_full_rebuild(tmp_path: Path) -> None:
 _UPSERT_ONE = """
 import sys
 from pathlib import Path
-from recall.index import MemoryIndex
-from storage.markdown import Bullet
+from tempomem.recall.index import MemoryIndex
+from tempomem.storage.markdown import Bullet
 from tests.test_recall_index import HashEmbedder
 b = Bullet(signifier="–", text="Quentin repaired the lighthouse lamp.", id="lamp", type="note",
            status="open", recorded="2026-03-09T10:00:00.000Z")
@@ -142,7 +142,7 @@ def test_second_rebuild_copies_only_an_equivalent_generation(tmp_path: Path) -> 
 _SEARCH_ONE = """
 import sys, time
 from pathlib import Path
-from recall.index import MemoryIndex
+from tempomem.recall.index import MemoryIndex
 from tests.test_recall_index import HashEmbedder
 t = time.monotonic()
 idx = MemoryIndex(Path(sys.argv[1]), HashEmbedder())
@@ -158,7 +158,7 @@ def test_writer_anchor_serves_this_process_and_yields_to_another(tmp_path: Path)
     one keeps writing (its ``.want`` closes the anchor), and sees every committed row."""
     import threading
 
-    import recall.connections as connections
+    import tempomem.recall.connections as connections
 
     root = tmp_path / "mem"
     write_store(root)
@@ -208,7 +208,7 @@ def test_own_writes_patch_the_bm25_snapshot_to_what_a_reload_reads(tmp_path: Pat
     """After this process's upserts (add, change, drop, a brand-new term, a term's last document gone)
     the cached BM25 snapshot is patched in memory, not reloaded, and scores exactly as a fresh load of
     the same database (AMB-32)."""
-    import recall.fts as fts
+    import tempomem.recall.fts as fts
 
     root = tmp_path / "mem"
     write_store(root)
@@ -239,7 +239,7 @@ def test_own_writes_patch_the_bm25_snapshot_to_what_a_reload_reads(tmp_path: Pat
         assert patched.top(terms[q], 50) == fresh.top(terms[q], 50), q
     assert [h.id for h in idx.search("green tea keeper", limit=3)][:1] == ["keeper"]
     # The candidates' rows come from this process's row snapshot, patched by the same writes.
-    import recall.row_snapshot as row_snapshot
+    import tempomem.recall.row_snapshot as row_snapshot
 
     row_key, rows = row_snapshot._SNAPSHOTS.items[db]
     assert row_key == fts._SNAPSHOTS.items[db][0] and rows.overlay  # patched, not reloaded
@@ -262,8 +262,8 @@ sys.stdin.read()
 _FOREIGN_UPSERT = """
 import sys
 from pathlib import Path
-from recall.index import MemoryIndex
-from storage.markdown import Bullet, append_bullets
+from tempomem.recall.index import MemoryIndex
+from tempomem.storage.markdown import Bullet, append_bullets
 from tests.test_recall_index import HashEmbedder, bullet
 root, day, text, rid = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 b = bullet(text, id=rid)
@@ -299,7 +299,7 @@ def test_a_known_state_is_searched_without_the_database_and_a_foreign_write_is_s
     idx.rebuild()
     before = {q: _scored(idx, q) for q in QUERIES}
     db = idx.generation_dir(idx.active_generation() or 0) / index_mod.DB_NAME
-    import recall.connections as connections
+    import tempomem.recall.connections as connections
 
     connections.drop(idx.index_dir)  # as after the idle timeout: this process holds no connection
 

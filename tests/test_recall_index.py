@@ -17,11 +17,11 @@ import duckdb
 import numpy as np
 import pytest
 
-import recall.index as index_mod
-from recall import scoring
-from recall.embedding import EmbeddingError, EmbeddingIdentity, LocalMiniLMEmbedder
-from recall.index import IndexBusyError, MemoryIndex, fts_extension_path
-from storage.markdown import Bullet, append_bullets
+import tempomem.recall.index as index_mod
+from tempomem.recall import scoring
+from tempomem.recall.embedding import EmbeddingError, EmbeddingIdentity, LocalMiniLMEmbedder
+from tempomem.recall.index import IndexBusyError, MemoryIndex, fts_extension_path
+from tempomem.storage.markdown import Bullet, append_bullets
 
 # ---------------------------------------------------------------------------------------------------
 # fixtures
@@ -504,8 +504,8 @@ def test_busy_index_raises_typed_error(
 _UPSERTER = """
 import sys
 from pathlib import Path
-from recall.index import MemoryIndex
-from storage.markdown import Bullet
+from tempomem.recall.index import MemoryIndex
+from tempomem.storage.markdown import Bullet
 idx = MemoryIndex(Path(sys.argv[1]), None)
 for i in range(int(sys.argv[2])):
     b = Bullet(signifier="–", text=f"worker line {i} about lighthouses", id=f"w{i}", type="note",

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from recall import profiles, scoring
-from recall.embedding import EmbeddingIdentity, LocalMiniLMEmbedder, make_embedder
-from recall.index import MemoryIndex
-from recall.profiles import (
+from tempomem.recall import profiles, scoring
+from tempomem.recall.embedding import EmbeddingIdentity, LocalMiniLMEmbedder, make_embedder
+from tempomem.recall.index import MemoryIndex
+from tempomem.recall.profiles import (
     DEFAULT_PROFILE,
     REFERENCE,
     TUNED,
@@ -21,8 +21,8 @@ from recall.profiles import (
     default_profile,
     resolve_profile,
 )
-from recall.search import Candidate, rank
-from storage.markdown import Bullet, append_bullets
+from tempomem.recall.search import Candidate, rank
+from tempomem.storage.markdown import Bullet, append_bullets
 
 
 def cand(

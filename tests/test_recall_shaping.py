@@ -14,8 +14,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from recall.search import Hit
-from recall.shaping import (
+from tempomem.recall.search import Hit
+from tempomem.recall.shaping import (
     CONFLICT_PREFIX,
     INSUFFICIENT_PREFIX,
     SOURCE_UNKNOWN,
@@ -27,7 +27,7 @@ from recall.shaping import (
     tail_cut,
     to_recall_hit,
 )
-from recall.tools import (
+from tempomem.recall.tools import (
     DEGRADED_TEXT,
     NO_HITS_TEXT,
     RUN_HISTORY_HANDOFF,
@@ -35,7 +35,7 @@ from recall.tools import (
     memory_recall,
     memory_recall_description,
 )
-from storage.limits import CONFLICT_CHECK_DEPTH, DELIBERATE_FLOOR, DELIBERATE_SUPERSET, TAIL_MARGIN
+from tempomem.storage.limits import CONFLICT_CHECK_DEPTH, DELIBERATE_FLOOR, DELIBERATE_SUPERSET, TAIL_MARGIN
 
 NOW = datetime(2026, 7, 10, 12, 0, tzinfo=UTC)
 WARSAW = ZoneInfo("Europe/Warsaw")
@@ -403,9 +403,9 @@ def test_REC03_REC04_REC06_REC07_tool_description() -> None:
 
 @pytest.fixture(scope="module")
 def real_index(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from recall.embedding import LocalMiniLMEmbedder
-    from recall.index import MemoryIndex
-    from storage.markdown import Bullet, append_bullets
+    from tempomem.recall.embedding import LocalMiniLMEmbedder
+    from tempomem.recall.index import MemoryIndex
+    from tempomem.storage.markdown import Bullet, append_bullets
 
     root: Path = tmp_path_factory.mktemp("mem")
 
@@ -470,7 +470,7 @@ def pref(kind: str = "preference", scope: str = "user:ann") -> str:
 
 
 def test_GUIDE01_top_eight_and_floor_GUIDE04_omitted_when_none() -> None:
-    from recall.guidance import guidance_lines
+    from tempomem.recall.guidance import guidance_lines
 
     top = hit(0.70, "Ann prefers tea.", labels=pref())
     assert guidance_lines([top], now=NOW, tz=UTC) == ["- preference (user): Ann prefers tea."]
@@ -480,7 +480,7 @@ def test_GUIDE01_top_eight_and_floor_GUIDE04_omitted_when_none() -> None:
 
 
 def test_GUIDE02_scope_precedence_then_score_and_six_lines_GUIDE17_no_scope_ids() -> None:
-    from recall.guidance import guidance_lines
+    from tempomem.recall.guidance import guidance_lines
 
     agent = hit(0.95, "agent lesson", labels=pref("lesson", "agent"))
     conv = hit(0.90, "conv pref", labels=pref(scope="conversation:web:secret-thread"))
@@ -494,7 +494,7 @@ def test_GUIDE02_scope_precedence_then_score_and_six_lines_GUIDE17_no_scope_ids(
 
 
 def test_GUIDE03_explicit_kind_may_show_below_floor_lines() -> None:
-    from recall.guidance import guidance_lines
+    from tempomem.recall.guidance import guidance_lines
 
     weak = [hit(0.30, "weak pref", labels=pref()), hit(0.29, "weak lesson", labels=pref("lesson"))]
     assert guidance_lines(weak, now=NOW, tz=UTC) == []

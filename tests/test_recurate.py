@@ -17,20 +17,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from activities.recurate import RECURATE_DIR
-from storage import replay_projection
-from storage.intake import (
-    Intake,
-    IntakePayload,
-    RecordState,
-    UnknownRecordError,
-    build_payload,
-    canonical_json,
-    intake_id,
-)
-from storage.markdown import iter_bullets
-from storage.turn import CompletedTurn
-from storage.turn_archive import ARCHIVE_DIR, TurnArchive, TurnArchiveConflictError
+from tempomem.activities.recurate import RECURATE_DIR
 from tempomem.config import ConfigError, load_config_data
 from tempomem.recurate import (
     RecurateRequestError,
@@ -39,12 +26,25 @@ from tempomem.recurate import (
     run_recurate,
     start_recurate,
 )
+from tempomem.storage import replay_projection
+from tempomem.storage.intake import (
+    Intake,
+    IntakePayload,
+    RecordState,
+    UnknownRecordError,
+    build_payload,
+    canonical_json,
+    intake_id,
+)
+from tempomem.storage.markdown import iter_bullets
+from tempomem.storage.turn import CompletedTurn
+from tempomem.storage.turn_archive import ARCHIVE_DIR, TurnArchive, TurnArchiveConflictError
+from tempomem.workflows.common import capture_workflow_id
+from tempomem.workflows.recurate import recurate_workflow_id
 from tests.conftest import make_store, running_worker
 from tests.scripted_model import Delay, ScriptedModelServer
 from tests.test_capture_flow import _payload_data, outcome_of, wait_until
 from tests.test_capture_pipeline import ANA, capture_store, extraction, memory
-from workflows.common import capture_workflow_id
-from workflows.recurate import recurate_workflow_id
 
 REPO = Path(__file__).resolve().parent.parent
 # Admission days inside the default 90-day retention, which counts back from the real clock.

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from recall.embedding import LocalMiniLMEmbedder
-from recall.index import MemoryIndex
-from storage import graph, replay_projection
-from storage.fsio import exclusive_lock
-from storage.markdown import Bullet, append_bullets, iter_bullets, read_document
-from storage.remember import RememberRejected, RememberResult, remember, remember_id
-from storage.replay_projection import SIDECAR_NAME, SidecarError, SupersedeInfo
-from storage.store_ref import STORE_LOCK
+from tempomem.recall.embedding import LocalMiniLMEmbedder
+from tempomem.recall.index import MemoryIndex
+from tempomem.storage import graph, replay_projection
+from tempomem.storage.fsio import exclusive_lock
+from tempomem.storage.markdown import Bullet, append_bullets, iter_bullets, read_document
+from tempomem.storage.remember import RememberRejected, RememberResult, remember, remember_id
+from tempomem.storage.replay_projection import SIDECAR_NAME, SidecarError, SupersedeInfo
+from tempomem.storage.store_ref import STORE_LOCK
 
 NOW = dt.datetime(2026, 3, 4, 12, 0, 0, 123000, tzinfo=dt.UTC)
 DAY = "2026-03-04"

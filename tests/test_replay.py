@@ -14,8 +14,8 @@ from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from workflows.capture import CaptureWorkflow
-from workflows.sweep import IntakeSweepWorkflow
+from tempomem.workflows.capture import CaptureWorkflow
+from tempomem.workflows.sweep import IntakeSweepWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 

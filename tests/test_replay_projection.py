@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from storage import graph, replay_projection
-from storage.credentials import contains_credential, unsafe_reason
-from storage.replay_projection import (
+from tempomem.storage import graph, replay_projection
+from tempomem.storage.credentials import contains_credential, unsafe_reason
+from tempomem.storage.replay_projection import (
     SIDECAR_NAME,
     Authority,
     Entry,

@@ -10,12 +10,12 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from storage.intake import RecordState
-from storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
-from storage.turn import CompletedTurn
 from tempomem import devserver
+from tempomem.storage.intake import RecordState
+from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
+from tempomem.storage.turn import CompletedTurn
+from tempomem.workflows.common import CaptureOutcome, capture_workflow_id
 from tests.conftest import make_store, running_worker
-from workflows.common import CaptureOutcome, capture_workflow_id
 
 T0 = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
 

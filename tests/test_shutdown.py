@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from recall.embedding import LocalMiniLMEmbedder
-from storage.intake import RecordState
-from storage.limits import SHUTDOWN_DRAIN_SECONDS
-from storage.markdown import iter_bullets
-from storage.turn import CompletedTurn
+from tempomem.recall.embedding import LocalMiniLMEmbedder
+from tempomem.storage.intake import RecordState
+from tempomem.storage.limits import SHUTDOWN_DRAIN_SECONDS
+from tempomem.storage.markdown import iter_bullets
+from tempomem.storage.turn import CompletedTurn
 from tempomem.worker import run_worker
 from tests.conftest import make_store
 from tests.test_capture_flow import T0, outcome_of

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from storage.intake import RecordState
-from storage.snapshot import IntakeSnapshot
-from storage.turn import AdmissionStatus, CompletedTurn
+from tempomem.storage.intake import RecordState
+from tempomem.storage.snapshot import IntakeSnapshot
+from tempomem.storage.turn import AdmissionStatus, CompletedTurn
 from tempomem.store import MemoryStore
 from tempomem.worker import run_worker
 from tests.conftest import make_config

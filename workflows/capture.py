@@ -13,9 +13,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
-    from workflows import search_attributes as sa
-    from workflows.common import (
+    from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
+    from tempomem.workflows import search_attributes as sa
+    from tempomem.workflows.common import (
         BEGIN_ATTEMPT,
         DEAD_LETTER,
         EXTRACT,

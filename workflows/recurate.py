@@ -31,8 +31,8 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import search_attributes as sa
-    from workflows.common import (
+    from tempomem.workflows import search_attributes as sa
+    from tempomem.workflows.common import (
         CAPTURE_WORKFLOW,
         CaptureInput,
         CaptureOutcome,

@@ -13,9 +13,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from storage.intake import Intake, build_payload
-from storage.ledger import Ledger
-from storage.turn import CompletedTurn
+from tempomem.storage.intake import Intake, build_payload
+from tempomem.storage.ledger import Ledger
+from tempomem.storage.turn import CompletedTurn
 
 
 def crash_turn(run_id: str) -> CompletedTurn:

@@ -17,12 +17,12 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-import activities.curation as curation
-from activities.context import CaptureSettings, StoreContext
-from recall.embedding import LocalMiniLMEmbedder
+import tempomem.activities.curation as curation
+from tempomem.activities.context import CaptureSettings, StoreContext
+from tempomem.recall.embedding import LocalMiniLMEmbedder
 from tempomem.worker import store_activities
-from workflows.capture import CaptureWorkflow
-from workflows.sweep import IntakeSweepWorkflow
+from tempomem.workflows.capture import CaptureWorkflow
+from tempomem.workflows.sweep import IntakeSweepWorkflow
 
 
 async def main() -> None:

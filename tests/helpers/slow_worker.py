@@ -17,11 +17,11 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.context import StoreContext
+from tempomem.activities.context import StoreContext
 from tempomem.worker import store_activities
-from workflows.capture import CaptureWorkflow
-from workflows.common import PROJECT, ProjectionResult, RecordRef
-from workflows.sweep import IntakeSweepWorkflow
+from tempomem.workflows.capture import CaptureWorkflow
+from tempomem.workflows.common import PROJECT, ProjectionResult, RecordRef
+from tempomem.workflows.sweep import IntakeSweepWorkflow
 
 
 async def main() -> None:

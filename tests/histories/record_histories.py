@@ -16,11 +16,11 @@ from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
-from storage.turn import CompletedTurn
 from tempomem.devserver import temporal_cli
+from tempomem.storage.turn import CompletedTurn
+from tempomem.workflows import search_attributes
+from tempomem.workflows.common import CaptureOutcome, capture_workflow_id
 from tests.conftest import make_store, running_worker
-from workflows import search_attributes
-from workflows.common import CaptureOutcome, capture_workflow_id
 
 HERE = Path(__file__).parent
 T0 = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
