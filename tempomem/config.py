@@ -55,6 +55,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from tempomem.storage.limits import (
+    AUTO_CONTEXT_MAX_BYTES,
     CAPTURE_FOCUS_MAX_BYTES,
     EMBEDDING_DIM_DEFAULT,
     LLM_TIMEOUT_MS_DEFAULT,
@@ -504,6 +505,21 @@ def _memory_rules(m: MemoryConfig, p: str, *, tier_rules: bool = True) -> list[C
         for key, on, req in flags:
             if on:
                 out.append(_v(f"{p}.{key}", f'is BuJo-only; mode is "{m.mode}" ({req}, AMB-42)'))
+    else:  # accepted by the schema, not built yet: refuse rather than validate and do nothing
+        for key, on, what in (
+            ("recall.recency", m.recall is not None and m.recall.recency, "recency (INTENT-31..33)"),
+            ("profile.enabled", m.profile is not None and m.profile.enabled, "the profile (PROFILE-01..25)"),
+        ):
+            if on:
+                out.append(_v(f"{p}.{key}", f"is not supported yet: {what} is not implemented; leave it off"))
+    if m.max_bytes > AUTO_CONTEXT_MAX_BYTES:
+        out.append(
+            _v(
+                f"{p}.maxBytes",
+                f"is {m.max_bytes}; at most {AUTO_CONTEXT_MAX_BYTES} is supported (the automatic context "
+                "cap, LIM-43, AMB-04); a smaller value bounds it further",
+            )
+        )
     return out
 
 
@@ -548,8 +564,24 @@ def _message(err: Any) -> str:
     return str(err["msg"])
 
 
+_TLS_UNION = "must be true, false, or an object with serverName, serverCaCert, clientCert, clientKey"
+
+
+def _union_free(err: Any) -> tuple[tuple[int | str, ...], str]:
+    """``temporal.tls`` is ``bool | TemporalTLS``: pydantic reports one error per union member, under a
+    member tag. Report the key once, or the nested key without the tag."""
+    loc = tuple(err["loc"])
+    if loc[:2] == ("temporal", "tls") and len(loc) >= 3 and isinstance(loc[2], str):
+        tag = loc[2]
+        if tag == "bool" or "TemporalTLS" in tag:
+            rest = loc[3:]
+            return (("temporal", "tls", *rest), _message(err)) if rest else (("temporal", "tls"), _TLS_UNION)
+    return loc, _message(err)
+
+
 def _pydantic_violations(exc: ValidationError) -> list[ConfigViolation]:
-    return [_v(_format_loc(tuple(err["loc"])), _message(err)) for err in exc.errors(include_url=False)]
+    found = [_union_free(err) for err in exc.errors(include_url=False)]
+    return [_v(_format_loc(loc), message) for loc, message in dict.fromkeys(found)]
 
 
 def _validate(data: object) -> tuple[TempomemConfig | None, list[ConfigViolation]]:
@@ -694,7 +726,9 @@ def load_config_file(path: Path) -> TempomemConfig:
     return cfg
 
 
-load_config = load_config_file  # the public name (``from tempomem import load_config``)
+def load_config(path: str | Path) -> TempomemConfig:
+    """The public name (``from tempomem import load_config``): ``load_config_file``, taking str or Path."""
+    return load_config_file(Path(path))
 
 
 def default_config() -> TempomemConfig:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,9 +105,30 @@ async def connect(config: TempomemConfig, base_dir: Path | None = None) -> Clien
     options = connect_options(config, base_dir)
     base_dir = base_dir if base_dir is not None else config.source_dir
     try:
-        return await Client.connect(
+        client = await Client.connect(
             **options, data_converter=data_converter_for_config(config.temporal, base_dir)
         )
     except RuntimeError as exc:  # the core bridge's "Failed client connect: ..." (multi-line)
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise TemporalConnectError(f"cannot reach Temporal at {describe(options)}: {reason}") from None
+    await check_namespace(client)
+    return client
+
+
+async def check_namespace(client: Client) -> None:
+    """Fail now, in one line, on a namespace the cluster does not know (a worker would otherwise die in
+    validation with a long traceback). A key that may not describe namespaces is not an error here."""
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=client.namespace), timeout=timedelta(seconds=10)
+        )
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise TemporalConnectError(
+                f"namespace {client.namespace} does not exist on {client.service_client.config.target_host}"
+            ) from None
+        if exc.status not in (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED):
+            raise TemporalConnectError(f"Temporal refused DescribeNamespace: {exc.status.name}") from None

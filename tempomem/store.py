@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from tempomem.activities.context import CaptureSettings, StoreContext
 from tempomem.activities.sweep import start_capture
 from tempomem.config import TempomemConfig
-from tempomem.storage.intake import Intake, admit_turn
+from tempomem.storage.intake import Intake, RecordState, admit_turn
+from tempomem.storage.limits import AUTO_CONTEXT_MAX_BYTES
 from tempomem.storage.snapshot import Sink, SnapshotPublisher
 from tempomem.storage.store_ref import store_id, task_queue
 from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
@@ -175,6 +176,23 @@ class MemoryStore:
             return result
         started, warning = await self._try_start(result.intake_id)
         return result.model_copy(update={"workflow_started": started, "warning": warning})
+
+    async def wait_until_curated(self, intake_id: str, *, timeout: float = 60.0) -> RecordState:
+        """Wait until the worker has resolved (or dead-lettered) a record; returns its state.
+
+        Reads the intake on disk only (no Temporal call), so it works against any worker. Raises
+        ``TimeoutError`` when the record is still pending after ``timeout`` seconds. Hosts rarely need
+        this (admission is the durable promise); examples, tests and batch tools do.
+        """
+        self._check_open()
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.intake.view(intake_id, now=datetime.now(UTC)).state
+            if state is not RecordState.PENDING:
+                return state
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"intake record {intake_id} still pending after {timeout:g} s")
+            await asyncio.sleep(0.1)
 
     async def _try_start(self, intake_id: str) -> tuple[bool, str | None]:
         if time.monotonic() < self._start_blocked_until:
@@ -398,6 +416,8 @@ class MemoryStore:
             tz=host_zone(),
             gate=TurnGate(verified_owner=verified_owner, surface=surface, process_job_wake=process_job_wake),
             conversation_id=conversation_id,
+            # memory.maxBytes (AMB-04, CFG-26) bounds the whole context: what it withholds counts as used
+            context_bytes_used=max(0, AUTO_CONTEXT_MAX_BYTES - self.config.memory.max_bytes),
             superseded_ids=self._superseded_ids(),
             intent_expiry=self._intent_expiry(),
             cards_from=GraphReader(self.root) if self.config.memory.mode == "bujo" else None,

@@ -75,6 +75,8 @@ FRAGMENT_PROFILE = {"memory": {"profile": {"enabled": True}}}
 FRAGMENT_INTENT = {
     "memory": {"capture": {"intentLifecycle": True}, "recall": {"intentExpiry": True, "recency": True}}
 }
+# What BuJo accepts today: recency and the profile validate in the schema but are refused (#12).
+FRAGMENT_INTENT_BUILT = {"memory": {"capture": {"intentLifecycle": True}, "recall": {"intentExpiry": True}}}
 
 LLM = {"provider": "agent-host", "model": "openai-codex:gpt-5.6-terra"}
 EMB = {"provider": "ollama"}
@@ -116,8 +118,7 @@ def paths(data: object) -> list[str]:
         ),
         pytest.param(FRAGMENT_APPEND, id="fragment-append-AMB-41"),
         pytest.param(FRAGMENT_RECALL_TOOL, id="fragment-recall-tool-CFG-28"),
-        pytest.param(merged(BUJO_CAPTURE, FRAGMENT_PROFILE), id="profile-on-bujo-CFG-25"),
-        pytest.param(merged(BUJO_CAPTURE, FRAGMENT_INTENT), id="intent-flags-on-bujo-CFG-21"),
+        pytest.param(merged(BUJO_CAPTURE, FRAGMENT_INTENT_BUILT), id="intent-flags-on-bujo-CFG-21"),
         pytest.param(mem(mode="journal", embeddings={"dim": 512}), id="dim-only-block-CFG-07"),
         pytest.param(mem(mode="journal", embeddings={"provider": "local"}), id="journal-local"),
         pytest.param(mem(mode="lite", embeddings={"provider": "ollama"}), id="lite-with-embeddings-allowed"),
@@ -448,7 +449,7 @@ def test_AMB_42_intent_lifecycle_without_capture_is_a_warning_not_an_error() -> 
 
 
 def test_no_warnings_for_the_reference_configs() -> None:
-    for data in (BUJO_CAPTURE, FOCUS_ONLY, merged(BUJO_CAPTURE, FRAGMENT_INTENT)):
+    for data in (BUJO_CAPTURE, FOCUS_ONLY, merged(BUJO_CAPTURE, FRAGMENT_INTENT_BUILT)):
         assert config_warnings(load_config_data(data)) == []
 
 
@@ -608,7 +609,7 @@ def test_default_config_is_the_demo_journal() -> None:
     "data",
     [
         pytest.param(
-            merged(FOCUS_ONLY, FRAGMENT_INTENT | {"memory": {"profile": {"enabled": True}}}), id="bujo"
+            merged(FOCUS_ONLY, FRAGMENT_INTENT_BUILT | {"memory": {"profile": {"enabled": False}}}), id="bujo"
         ),
         pytest.param(mem(mode="journal", embeddings={"dim": 512}), id="journal"),
         pytest.param({"memory": {}}, id="lite"),
@@ -718,3 +719,18 @@ def test_local_e5_provider_is_embedded_with_fixed_model_and_dim() -> None:
     }
     paths = {v.path for v in validate_config_data(bad)}
     assert paths == {"memory.embeddings.dim", "memory.embeddings.endpoint"}
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        pytest.param(merged(BUJO_CAPTURE, FRAGMENT_PROFILE), "memory.profile.enabled", id="profile"),
+        pytest.param(merged(BUJO_CAPTURE, FRAGMENT_INTENT), "memory.recall.recency", id="recency"),
+        pytest.param(merged(BUJO_CAPTURE, {"memory": {"maxBytes": 4096}}), "memory.maxBytes", id="maxBytes"),
+    ],
+)
+def test_keys_that_would_do_nothing_are_refused_by_name(data: dict[str, Any], key: str) -> None:
+    """#12: a key the schema accepts but nothing implements is refused, never silently ignored."""
+    [violation] = validate_config_data(data)
+    assert violation.path == key
+    assert "not supported" in violation.message or "at most 2560" in violation.message

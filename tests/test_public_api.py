@@ -1,0 +1,301 @@
+"""What a team adopting tempomem meets first (#12): one import package, a light import, the host API,
+the examples, a connection that follows Temporal's environment configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+import tempomem
+from tempomem import CompletedTurn, MemoryStore, StoreClosedError, load_config
+from tempomem.config import load_config_data
+from tempomem.connect import TemporalConnectError, connect_options
+
+REPO = Path(__file__).resolve().parents[1]
+MAPPED = ("storage", "recall", "activities", "workflows")
+
+
+# -- one namespace ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    [found] = out.glob("tempomem-*.whl")
+    return found
+
+
+def test_the_wheel_holds_exactly_one_top_level_package(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
+    assert top == {"tempomem"}
+    for sub in MAPPED:
+        assert f"tempomem/{sub}/__init__.py" in names
+    assert "tempomem/recall/assets/minilm/tokenizer.json" in names  # package data moved along
+    assert "tempomem/data/demo_conversation.json" in names
+
+
+def test_the_wheel_installs_beside_a_project_with_its_own_workflows_and_activities(
+    wheel: Path, tmp_path: Path
+) -> None:
+    """A Temporal project names its own packages workflows/ and activities/; both import side by side."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    with zipfile.ZipFile(wheel) as zf:  # what pip does for a pure wheel: unpack into site-packages
+        zf.extractall(site)
+    # tempomem's dependencies come from the test environment (appended after the scratch site-packages,
+    # so the editable tempomem there is not seen: .pth files of an appended folder are not run).
+    (site / "zz_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    project = tmp_path / "team"
+    for pkg in ("workflows", "activities"):
+        (project / pkg).mkdir(parents=True)
+        (project / pkg / "__init__.py").write_text(f"OWNER = 'team-{pkg}'\n")
+    probe = (
+        "import workflows, activities, tempomem.workflows.capture as c, tempomem.activities.curation as a\n"
+        "import tempomem.storage.intake, tempomem.recall.search\n"
+        f"print(workflows.OWNER, activities.OWNER, c.__file__.startswith({str(site)!r}), a.__name__)\n"
+    )
+    ran = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe], cwd=project, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.split() == ["team-workflows", "team-activities", "True", "tempomem.activities.curation"]
+
+
+def test_the_editable_install_exposes_no_generic_top_level_name(tmp_path: Path) -> None:
+    probe = f"import importlib.util as u; print([n for n in {MAPPED!r} if u.find_spec(n)])"
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.stdout.strip() == "[]", ran.stderr
+    ran = subprocess.run(
+        [sys.executable, "-c", "import tempomem.workflows.capture, tempomem.recall.index"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert ran.returncode == 0, ran.stderr
+
+
+def test_no_module_imports_a_bare_top_level_name() -> None:
+    offenders = []
+    for path in REPO.rglob("*.py"):
+        if ".venv" in path.parts or "build" in path.parts:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            words = line.strip().split()
+            if len(words) >= 2 and words[0] in ("import", "from") and words[1].split(".")[0] in MAPPED:
+                offenders.append(f"{path.relative_to(REPO)}:{n}")
+    assert offenders == []
+
+
+# -- light imports ---------------------------------------------------------------------------------------
+def imported_by(statement: str) -> set[str]:
+    ran = subprocess.run(
+        [sys.executable, "-c", f"{statement}\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(json.loads(ran.stdout))
+
+
+def test_the_search_path_imports_neither_temporal_nor_cryptography() -> None:
+    for statement in ("import tempomem", "import tempomem.recall.search", "import tempomem.recall.index"):
+        loaded = imported_by(statement)
+        assert not {m for m in loaded if m.split(".")[0] in ("temporalio", "cryptography")}, statement
+
+
+def test_the_public_names_resolve_and_match_all() -> None:
+    assert sorted(tempomem.__all__) == sorted(tempomem._EXPORTS)
+    for name in tempomem.__all__:
+        assert getattr(tempomem, name).__name__ == name
+    with pytest.raises(AttributeError):
+        tempomem.nothing_here  # noqa: B018
+
+
+# -- bad input at the host boundary ----------------------------------------------------------------------
+def test_wrong_types_and_a_closed_store_are_typed_errors(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="TempomemConfig"):
+        MemoryStore({"memory": {}})  # type: ignore[arg-type]
+    store = MemoryStore(load_config_data({"memory": {"mode": "lite", "path": str(tmp_path / "m")}}))
+    import asyncio
+
+    with pytest.raises(TypeError, match="CompletedTurn"):
+        asyncio.run(store.persist_completed_turn({"run_id": "x"}))  # type: ignore[arg-type]
+    assert not (tmp_path / "m").exists()  # nothing admitted, nothing created
+    store.close()
+    with pytest.raises(StoreClosedError):
+        store.search("anything")
+
+
+def test_a_config_with_unknown_keys_names_them(tmp_path: Path) -> None:
+    from tempomem import ConfigError
+
+    path = tmp_path / "c.json"
+    path.write_text('{"memory": {"mode": "lite", "colour": "blue"}, "temporal": {"adress": "x:1"}}')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    paths = {v.path for v in caught.value.violations}
+    assert {"memory.colour", "temporal.adress"} <= paths
+
+
+def test_relative_store_path_resolves_against_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "agent"
+    folder.mkdir()
+    (folder / "tempomem.json").write_text('{"memory": {"mode": "lite", "path": "./memory"}}')
+    monkeypatch.chdir(tmp_path)
+    assert MemoryStore(load_config(folder / "tempomem.json")).root == folder.resolve() / "memory"
+
+
+# -- Temporal's environment configuration ----------------------------------------------------------------
+def test_connect_options_follow_envconfig_unless_the_file_says_otherwise(tmp_path: Path) -> None:
+    env = {
+        "TEMPORAL_ADDRESS": "cluster.example:7233",
+        "TEMPORAL_NAMESPACE": "team-ns",
+        "TEMPORAL_API_KEY": "k1",
+    }
+    plain = load_config_data({"memory": {"mode": "lite"}})
+    options = connect_options(plain, environ=env)
+    assert (options["target_host"], options["namespace"], options["api_key"]) == (
+        "cluster.example:7233",
+        "team-ns",
+        "k1",
+    )
+    assert options["tls"] is not False  # an API key implies TLS, as in Temporal's own tools
+    explicit = load_config_data(
+        {"memory": {"mode": "lite"}, "temporal": {"address": "mine:7233", "tls": False}}
+    )
+    options = connect_options(explicit, environ=env)
+    assert (options["target_host"], options["namespace"], options["tls"]) == ("mine:7233", "team-ns", False)
+    assert connect_options(plain, environ={})["target_host"] == "localhost:7233"
+
+
+def test_mtls_files_and_api_key_env_from_the_config_file(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_bytes(b"CA")
+    (tmp_path / "client.pem").write_bytes(b"CERT")
+    (tmp_path / "client.key").write_bytes(b"KEY")
+    (tmp_path / "tempomem.json").write_text(
+        json.dumps(
+            {
+                "memory": {"mode": "lite"},
+                "temporal": {
+                    "address": "ns.acct.tmprl.cloud:7233",
+                    "apiKeyEnv": "MY_TEMPORAL_KEY",
+                    "tls": {"serverCaCert": "ca.pem", "clientCert": "client.pem", "clientKey": "client.key"},
+                },
+            }
+        )
+    )
+    config = load_config(tmp_path / "tempomem.json")
+    options = connect_options(config, environ={"MY_TEMPORAL_KEY": "secret-k"})
+    tls = options["tls"]
+    assert (tls.server_root_ca_cert, tls.client_cert, tls.client_private_key) == (b"CA", b"CERT", b"KEY")
+    assert options["api_key"] == "secret-k"
+    with pytest.raises(TemporalConnectError, match="MY_TEMPORAL_KEY is unset"):
+        connect_options(config, environ={})
+    with pytest.raises(Exception, match="clientKey"):
+        load_config_data({"memory": {"mode": "lite"}, "temporal": {"tls": {"clientCert": "c.pem"}}})
+
+
+# -- the examples, run against the dev server ------------------------------------------------------------
+async def test_the_host_and_worker_example_runs(client: Client, tmp_path: Path) -> None:
+    example = tmp_path / "example"
+    shutil.copytree(REPO / "examples" / "host_and_worker", example)
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": "default",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, str(example / "worker.py")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().startswith("worker: store ")
+        host = subprocess.run(
+            [sys.executable, str(example / "host.py")], env=env, capture_output=True, text=True, timeout=180
+        )
+        assert host.returncode == 0, host.stderr[-3000:]
+    finally:
+        worker.terminate()
+        _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err[-3000:]
+    lines = host.stdout.splitlines()
+    assert lines[0] == "admitted: admitted (workflow started: True)"
+    assert lines[1] == "curated: resolved"
+    assert lines[2] == "recall: 1 hit(s)" and "4500 euro budget" in host.stdout
+    assert "journal: 1 entr(y/ies) on 2026-12-02" in lines
+    assert any(line.startswith("automatic context: ") and not line.endswith(" 0 line(s)") for line in lines)
+    assert (example / "memory" / "daily" / "2026-12-02.md").exists()  # beside the config, not the cwd
+    again = subprocess.run(
+        [sys.executable, str(example / "host.py")], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert again.stdout.startswith("admitted: duplicate")
+
+
+async def test_a_teams_own_worker_registers_tempomem_on_its_client(client: Client, tmp_path: Path) -> None:
+    """store_worker_parts: the workflows and activities, on a client and Worker the team builds."""
+    import concurrent.futures
+
+    from temporalio.worker import Worker
+
+    from tempomem.worker import store_worker_parts
+
+    store = MemoryStore(
+        load_config_data(
+            {"memory": {"mode": "lite", "writeMode": "append-host-summary", "path": str(tmp_path / "m")}}
+        ),
+        client=client,
+        first_delay_seconds=1,
+    )
+    parts = store_worker_parts(store, client)
+    assert {w.__name__ for w in parts.workflows} >= {"CaptureWorkflow", "IntakeSweepWorkflow"}
+    result = await store.persist_completed_turn(
+        CompletedTurn(
+            run_id="team-worker-1",
+            conversation_id="web:x",
+            speaker_kind="human-turn",
+            user_text="The office plant is a fern.",
+            final_answer="Noted: the office plant is a fern.",
+            admitted_at=datetime(2026, 12, 1, tzinfo=UTC),
+        )
+    )
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        async with Worker(
+            client,
+            task_queue=parts.task_queue,
+            workflows=parts.workflows,
+            activities=parts.activities,
+            activity_executor=pool,
+            max_concurrent_activities=1,
+        ):
+            assert str(await store.wait_until_curated(result.intake_id, timeout=60)) == "resolved"
+    assert "fern" in store.search("office plant")[0].text
