@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tempomem.activities.context import CaptureSettings, StoreContext
-from tempomem.activities.sweep import start_capture
 from tempomem.config import TempomemConfig
 from tempomem.storage.intake import Intake, RecordState, admit_turn
 from tempomem.storage.limits import AUTO_CONTEXT_MAX_BYTES
@@ -197,6 +196,8 @@ class MemoryStore:
     async def _try_start(self, intake_id: str) -> tuple[bool, str | None]:
         if time.monotonic() < self._start_blocked_until:
             return False, "temporal unavailable recently; the record stays pending for the sweeper"
+        from tempomem.activities.sweep import start_capture  # Temporal loads on the first start only
+
         try:
             async with asyncio.timeout(START_TIMEOUT_SECONDS):
                 client = await self._connect()

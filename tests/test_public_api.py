@@ -122,7 +122,13 @@ def imported_by(statement: str) -> set[str]:
 
 
 def test_the_search_path_imports_neither_temporal_nor_cryptography() -> None:
-    for statement in ("import tempomem", "import tempomem.recall.search", "import tempomem.recall.index"):
+    statements = (
+        "import tempomem",
+        "import tempomem.recall.search",
+        "import tempomem.recall.index",
+        "import tempomem.store",
+    )
+    for statement in statements:
         loaded = imported_by(statement)
         assert not {m for m in loaded if m.split(".")[0] in ("temporalio", "cryptography")}, statement
 
