@@ -8,6 +8,7 @@ from temporalio import activity
 
 from tempomem.activities.context import StoreContext, utc_now
 from tempomem.storage.intake import FailureCategory, RecordState, UnknownRecordError
+from tempomem.storage.intake_tidy import quarantine_if_corrupt
 from tempomem.workflows.common import (
     BEGIN_ATTEMPT,
     DEAD_LETTER,
@@ -35,6 +36,9 @@ class IntakeActivities:
         """Persist attempts+1 in the record before the try; report whether there is work at all."""
         self.ctx.check(ref.store_id)
         intake = self.ctx.intake
+        # A record that cannot be trusted (edited, malformed, unsafe) is quarantined, never curated.
+        if quarantine_if_corrupt(intake, ref.intake_id, now=utc_now()) is not None:
+            return AttemptInfo(attempt=0, pending=False, write_mode="", tier="")
         try:
             view = intake.view(ref.intake_id, now=utc_now())
         except UnknownRecordError:

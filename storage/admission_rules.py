@@ -18,6 +18,15 @@ NO_OP_SENTINEL = "NOTHING_TO_REPORT"
 # AMB-19: the last line ends with the sentinel preceded by start-of-line or a non-word character.
 _SENTINEL_TAIL = re.compile(r"(?:^|\W)" + NO_OP_SENTINEL + r"$")
 _WHITESPACE = re.compile(r"\s+")
+# Terminal escape sequences (CSI/OSC/two-byte ESC forms), then any remaining C0/C1 control character and the
+# Unicode bidi controls: none belongs in canonical Markdown, where they hide or reorder what a reader sees.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` without terminal escapes, control characters (tab and line breaks kept) or bidi controls."""
+    return _CONTROLS.sub("", _ANSI.sub("", text))
 
 _SUMMARY_PREFIX: dict[SourceLabel, str] = {
     "user": "Assistant",
@@ -43,6 +52,8 @@ def skip_reason(
         return SkipReason.WRITE_DISABLED
     if is_no_op_answer(turn.final_answer):
         return SkipReason.NO_OP_SENTINEL
+    if write_mode == "append-host-summary" and not clean_text(turn.final_answer).strip():
+        return SkipReason.EMPTY_ANSWER  # an "Assistant: " bullet would say nothing
     # WM-15: only host metadata counts (WM-16); unset or true keeps the default (admit).
     if turn.trigger_kind == "cron" and capture_cron is False:
         return SkipReason.CRON_SWITCH_OFF
@@ -70,7 +81,7 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
 
 def host_summary(turn: CompletedTurn) -> str:
     """AMB-21 / WM-13: the deterministic host observation, built from the assistant answer only."""
-    answer = _WHITESPACE.sub(" ", turn.final_answer).strip()
+    answer = _WHITESPACE.sub(" ", clean_text(turn.final_answer)).strip()
     # Canonical Markdown keeps metadata in HTML comments; an answer must never open or close one.
     answer = answer.replace("<!--", "&lt;!--").replace("-->", "--&gt;")
     answer = truncate_utf8(answer, SUMMARY_ANSWER_MAX_BYTES)

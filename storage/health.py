@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -10,7 +12,16 @@ from pydantic import BaseModel
 
 from tempomem.storage import replay_projection
 from tempomem.storage.intake import Intake, IntakeError, RecordState
+from tempomem.storage.intake_tidy import (
+    check_record,
+    interrupted_resolves,
+    leftover_temp_files,
+    list_quarantined,
+    orphan_side_files,
+    quarantine_dir,
+)
 from tempomem.storage.ledger import LedgerIntegrityError
+from tempomem.storage.limits import DIR_MODE
 from tempomem.storage.markdown import iter_bullets
 
 HealthStatus = Literal["ok", "in_progress", "dead_letters_present", "canonical_mismatch", "degraded"]
@@ -36,15 +47,23 @@ def audit(root: Path, *, now: datetime) -> HealthReport:
         except LedgerIntegrityError as exc:
             problems.append(f"ledger: {exc}")
         for state in (RecordState.PENDING, RecordState.DEAD):
+            folder = intake.pending_dir if state is RecordState.PENDING else intake.dead_dir
             for record_id in intake.list_ids(state):
                 try:
-                    view = intake.view(record_id, now=now)
-                except IntakeError as exc:
-                    problems.append(f"record {record_id}: {type(exc).__name__}")
+                    reason = check_record(intake, folder, record_id)
+                    view = intake.view(record_id, now=now) if reason is None else None
+                except (IntakeError, LedgerIntegrityError) as exc:
+                    reason = type(exc).__name__
+                    view = None
+                if view is None:
+                    problems.append(f"record {record_id}: {reason}")
                     continue
                 counts[state.value] += 1
                 counts["due"] += int(view.due)
         counts["resolved"] = len(intake.list_ids(RecordState.RESOLVED))
+        problems += _leftovers(intake)
+        problems += _receipts_against_ledger(intake)
+    problems += _modes(intake)
     mismatches = _sidecar_mismatches(Path(root), problems)
     if problems:
         status: HealthStatus = "degraded"
@@ -77,4 +96,54 @@ def _sidecar_mismatches(root: Path, problems: list[str]) -> list[str]:
         missing = [end for end in ends if end not in lines]
         if missing:
             out.append(f"{entry.kind} {entry.id}: no canonical line {', '.join(missing)}")
+    return out
+
+
+def _leftovers(intake: Intake) -> list[str]:
+    """What a kill or a hand leaves behind, and what was quarantined (tidy repairs the first three)."""
+    out = [f"leftover temp file: {p.relative_to(intake.root)}" for p in leftover_temp_files(intake)]
+    out += [f"interrupted resolve: {i}" for i in interrupted_resolves(intake)]
+    out += [f"orphan file: {p.relative_to(intake.root)}" for p in orphan_side_files(intake)]
+    out += [f"quarantined {q.id}: {q.reason}" for q in list_quarantined(intake)]
+    return out
+
+
+def _receipts_against_ledger(intake: Intake) -> list[str]:
+    """A receipt must carry the payload hash the ledger committed at admission."""
+    out = []
+    for record_id in intake.list_ids(RecordState.RESOLVED):
+        try:
+            receipt_hash = intake.receipt(record_id).payload_sha256
+            committed = intake.ledger.lookup(record_id, lambda *_: False)
+        except (IntakeError, LedgerIntegrityError) as exc:
+            out.append(f"receipt {record_id}: {type(exc).__name__}")
+            continue
+        if committed is not None and committed != receipt_hash:
+            out.append(f"receipt {record_id}: payload hash differs from the ledger")
+    return out
+
+
+def _modes(intake: Intake) -> list[str]:
+    """Owner-only folders (LIM-11): 0700 for the root and every intake folder."""
+    out = []
+    folders = [
+        intake.root,
+        intake.base,
+        intake.pending_dir,
+        intake.dead_dir,
+        intake.resolved_dir,
+        intake.base / "ledger",
+        quarantine_dir(intake),
+    ]
+    for folder in folders:
+        try:
+            st = os.lstat(folder)
+        except FileNotFoundError:
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        if not stat.S_ISDIR(st.st_mode) or mode != DIR_MODE:
+            out.append(
+                f"mode: {folder.relative_to(intake.root) if folder != intake.root else '.'} is {mode:o}, "
+                f"expected {DIR_MODE:o}"
+            )
     return out

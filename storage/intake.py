@@ -115,7 +115,7 @@ class FailureCategory(StrEnum):
 class IntakePayload(BaseModel):
     """The immutable admitted fields. Its canonical bytes are what INTAKE-03/04 compare."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     version: int
     id: str
@@ -151,7 +151,7 @@ _OPTIONAL_EXTENSIONS = ("recurate_of", "model_override")
 class ProcessingState(BaseModel):
     """Mutable, content-free processing state (INTAKE-18)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     state: RecordState = RecordState.PENDING
     attempts: int = 0
@@ -166,7 +166,7 @@ class ProcessingState(BaseModel):
 class Receipt(BaseModel):
     """Content-free proof that a run was resolved; keeps duplicate protection after retirement."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     id: str
     payload_sha256: str
@@ -341,6 +341,10 @@ class Intake:
         self.ensure_layout()
         return exclusive_lock(self.base / ".lock")
 
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        """The intake lock every writer holds (for repair code outside this module)."""
+        return self._lock()
+
     # -- admission ----------------------------------------------------------------------------------
     def admit(self, payload: IntakePayload) -> Literal["admitted", "duplicate"]:
         """Write the pending record durably (INTAKE-01), or recognise a duplicate (INTAKE-03).
@@ -415,12 +419,14 @@ class Intake:
     # -- reading ------------------------------------------------------------------------------------
     def _locate(self, record_id: str) -> RecordState:
         _check_id(record_id)
+        # A receipt wins: a payload beside it is a resolve that was killed before its unlinks (``tidy``
+        # removes it); it must never be curated again.
+        if (self.resolved_dir / f"{record_id}.receipt.json").exists():
+            return RecordState.RESOLVED
         if (self.pending_dir / record_id).exists():
             return RecordState.PENDING
         if (self.dead_dir / record_id).exists():
             return RecordState.DEAD
-        if (self.resolved_dir / f"{record_id}.receipt.json").exists():
-            return RecordState.RESOLVED
         raise UnknownRecordError(f"no intake record {record_id}")
 
     def load_payload(self, record_id: str) -> IntakePayload:
@@ -431,8 +437,8 @@ class Intake:
         folder = self.pending_dir if state is RecordState.PENDING else self.dead_dir
         try:
             return IntakePayload.model_validate_json(self._read(folder / record_id))
-        except ValidationError as exc:
-            raise IntakeCorruptError(f"intake record {record_id} is malformed") from exc
+        except ValidationError:  # never chain it: pydantic's message quotes the record's bytes
+            raise IntakeCorruptError(f"intake record {record_id} is malformed") from None
 
     def _state_path(self, folder: Path, record_id: str) -> Path:
         return folder / f"{record_id}.state.json"
@@ -445,14 +451,18 @@ class Intake:
             return ProcessingState(state=state)
         try:
             return ProcessingState.model_validate_json(self._read(path))
-        except ValidationError as exc:
-            raise IntakeCorruptError(f"state of intake record {record_id} is malformed") from exc
+        except ValidationError:
+            raise IntakeCorruptError(f"state of intake record {record_id} is malformed") from None
+
+    def receipt(self, record_id: str) -> Receipt:
+        """The content-free receipt of a resolved record."""
+        return self._load_receipt(_check_id(record_id))
 
     def _load_receipt(self, record_id: str) -> Receipt:
         try:
             return Receipt.model_validate_json(self._read(self.resolved_dir / f"{record_id}.receipt.json"))
-        except ValidationError as exc:
-            raise IntakeCorruptError(f"receipt of intake record {record_id} is malformed") from exc
+        except ValidationError:
+            raise IntakeCorruptError(f"receipt of intake record {record_id} is malformed") from None
 
     def view(self, record_id: str, *, now: datetime) -> RecordView:
         state = self._locate(record_id)
@@ -498,11 +508,26 @@ class Intake:
             names = os.listdir(folder)
         except FileNotFoundError:
             return []
-        return sorted(n for n in (name.removesuffix(".receipt.json") for name in names) if _is_record_name(n))
+        ids = sorted(n for n in (name.removesuffix(".receipt.json") for name in names) if _is_record_name(n))
+        if state is RecordState.RESOLVED:
+            return ids
+        # a payload left beside its receipt by a killed resolve is resolved, not active
+        return [i for i in ids if not os.path.lexists(self.resolved_dir / f"{i}.receipt.json")]
 
     def due_pending(self, *, now: datetime) -> list[str]:
-        """Pending ids whose due time has come, oldest admission first (what the sweeper starts)."""
-        due = [v for v in (self.view(i, now=now) for i in self.list_ids(RecordState.PENDING)) if v.due]
+        """Pending ids whose due time has come, oldest admission first (what the sweeper starts).
+
+        A record that cannot be read is left out (its workflow's first attempt quarantines it), so one
+        corrupt file never stops the others.
+        """
+        due = []
+        for record_id in self.list_ids(RecordState.PENDING):
+            try:
+                view = self.view(record_id, now=now)
+            except (IntakeCorruptError, UnknownRecordError):
+                continue
+            if view.due:
+                due.append(view)
         return [v.id for v in sorted(due, key=lambda v: (v.admitted_at, v.id))]
 
     def counts(self, *, now: datetime) -> dict[str, int]:
@@ -510,7 +535,7 @@ class Intake:
         pending = self.list_ids(RecordState.PENDING)
         return {
             "pending": len(pending),
-            "due": sum(1 for i in pending if self.view(i, now=now).due),
+            "due": len(self.due_pending(now=now)),
             "dead": len(self.list_ids(RecordState.DEAD)),
             "resolved": len(self.list_ids(RecordState.RESOLVED)),
         }
@@ -593,7 +618,10 @@ class Intake:
                 return self._load_receipt(record_id)
             folder = self.pending_dir if state is RecordState.PENDING else self.dead_dir
             data = self._read(folder / record_id)
-            payload = IntakePayload.model_validate_json(data)
+            try:
+                payload = IntakePayload.model_validate_json(data)
+            except ValidationError:
+                raise IntakeCorruptError(f"intake record {record_id} is malformed") from None
             proc = self._load_state(folder, record_id)
             if outcome == "success":
                 # Before the payload goes: a crash after this write re-archives the same bytes (a no-op).
@@ -610,9 +638,12 @@ class Intake:
             atomic_write(
                 self.resolved_dir / f"{record_id}.receipt.json", canonical_json(receipt.model_dump())
             )
+            # The payload is the record: it goes first, so a kill after this point leaves at most a
+            # stale state or plan file (removed by ``tidy``), never a record that looks fresh again.
+            _unlink_quiet(folder / record_id)
+            fsync_dir(folder)
             _unlink_quiet(self._state_path(folder, record_id))
             _unlink_quiet(self._plan_path(folder, record_id))
-            _unlink_quiet(folder / record_id)
             fsync_dir(folder)
             self._prune_receipts()
         self._transitioned()

@@ -64,6 +64,11 @@ class Ledger:
         }
         if all(parts.values()):
             return True
+        if parts["catalog"] and self._interrupted_creation():
+            # A kill between the empty catalog and the marker (``_ensure_created``): nothing was ever
+            # committed, so finishing the creation loses nothing and vouches for nothing new.
+            atomic_write(self.marker, SCHEMA_VERSION)
+            return True
         if not any(parts.values()):
             if _present(self.dir) and any(os.scandir(self.dir)):
                 raise LedgerIntegrityError("ledger shards exist without a catalog or schema marker")
@@ -72,6 +77,19 @@ class Ledger:
         raise LedgerIntegrityError(
             f"{' and '.join(missing)} missing while the other exists: refusing to continue"
         )
+
+    def _interrupted_creation(self) -> bool:
+        """Catalog present, marker absent, every slot empty and no shard bytes: a first creation that
+        was killed before its marker. A catalog that commits anything never qualifies (fail closed)."""
+        try:
+            slots = self._read_catalog()
+        except LedgerIntegrityError:
+            return False
+        if any(slot != (0, EMPTY_DIGEST) for slot in slots):
+            return False
+        if _present(self.dir):
+            return all(entry.is_file() and entry.stat().st_size == 0 for entry in os.scandir(self.dir))
+        return True
 
     def _read_catalog(self) -> list[tuple[int, bytes]]:
         data = self._read_strict(self.catalog_path, "catalog")
@@ -112,6 +130,8 @@ class Ledger:
                 raise LedgerIntegrityError(
                     f"ledger shard {index:02x} is missing (catalog records {mark} bytes)"
                 )
+            if digest != EMPTY_DIGEST:  # an unused slot must be exactly empty: anything else is tampering
+                raise LedgerIntegrityError(f"catalog slot {index:02x} is unused but not empty")
             return b"", False
         data = self._read_strict(path, f"ledger shard {index:02x}")
         if len(data) < mark:

@@ -19,7 +19,7 @@ class CompletedTurn(BaseModel):
     must pass the same instant: the record's bytes, and so its duplicate check, depend on it (INTAKE-03).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, hide_input_in_errors=True)
 
     run_id: str = Field(min_length=1, max_length=1024)
     conversation_id: str = Field(min_length=1, max_length=4096)
@@ -29,6 +29,17 @@ class CompletedTurn(BaseModel):
     final_answer: str
     capture_text: str | None = None  # host-approved capture text, used by writeMode "capture" only
     admitted_at: datetime
+
+    @field_validator("run_id", "conversation_id", "user_text", "final_answer", "capture_text")
+    @classmethod
+    def _valid_unicode(cls, value: str | None) -> str | None:
+        # A lone surrogate cannot be stored as UTF-8: refuse it here, naming the field, not at the write.
+        if value is not None:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("contains a lone surrogate (not valid Unicode text)") from None
+        return value
 
     @field_validator("admitted_at")
     @classmethod
@@ -43,6 +54,7 @@ class SkipReason(StrEnum):
     NO_OP_SENTINEL = "no_op_sentinel"  # WM-05, AMB-19
     CRON_SWITCH_OFF = "cron_switch_off"  # WM-15
     WEBHOOK_SWITCH_OFF = "webhook_switch_off"  # WM-15
+    EMPTY_ANSWER = "empty_answer"  # append-host-summary with nothing to summarise
 
 
 class AdmissionStatus(StrEnum):

@@ -147,12 +147,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     elif args.id:
         out = intake.view(args.id, now=now).model_dump(mode="json")
     else:
-        records = [
-            intake.view(i, now=now).model_dump(mode="json")
-            for state in (RecordState.PENDING, RecordState.DEAD)
-            for i in intake.list_ids(state)
-        ]
-        out = {"counts": intake.counts(now=now), "records": records}
+        from tempomem.storage.intake_tidy import list_quarantined
+
+        records = []
+        for state in (RecordState.PENDING, RecordState.DEAD):
+            for i in intake.list_ids(state):
+                try:
+                    records.append(intake.view(i, now=now).model_dump(mode="json"))
+                except IntakeError as exc:  # one bad record never hides the others (content-free)
+                    records.append({"id": i, "state": "unreadable", "problem": type(exc).__name__})
+        quarantined = [q.model_dump(mode="json") for q in list_quarantined(intake)]
+        out = {"counts": intake.counts(now=now), "records": records, "quarantined": quarantined}
     print(json.dumps(out, indent=2) if args.json else _inspect_text(out))
     return EXIT_OK
 
@@ -161,11 +166,15 @@ def _inspect_text(out: dict) -> str:
     if "counts" not in out:
         return "  ".join(f"{k}={v}" for k, v in out.items())
     lines = ["  ".join(f"{k}={v}" for k, v in out["counts"].items())]
-    lines += [
-        f"{r['id']}  {r['state']}  attempts={r['attempts']}  due={r['due']}  "
-        f"failure={r['failure_category'] or '-'}"
-        for r in out["records"]
-    ]
+    for r in out["records"]:
+        if "problem" in r:
+            lines.append(f"{r['id']}  {r['state']}  problem={r['problem']}")
+            continue
+        lines.append(
+            f"{r['id']}  {r['state']}  attempts={r['attempts']}  due={r['due']}  "
+            f"failure={r['failure_category'] or '-'}"
+        )
+    lines += [f"{q['id']}  quarantined  reason={q['reason']}" for q in out.get("quarantined", [])]
     return "\n".join(lines)
 
 

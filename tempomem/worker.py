@@ -24,7 +24,7 @@ from temporalio.client import (
 from temporalio.worker import Worker
 
 from tempomem.activities.consolidation import ensure_consolidation_schedule
-from tempomem.activities.context import StoreContext
+from tempomem.activities.context import StoreContext, utc_now
 from tempomem.activities.curation import CurationActivities
 from tempomem.activities.intake_ops import IntakeActivities
 from tempomem.activities.llm import check_capture_models
@@ -34,6 +34,7 @@ from tempomem.backfill import backfill_worker_extras
 from tempomem.export import recover_interrupted_import
 from tempomem.recurate import recurate_worker_extras
 from tempomem.storage.fence import hold_fence
+from tempomem.storage.intake_tidy import TidyReport, tidy
 from tempomem.storage.limits import SHUTDOWN_DRAIN_SECONDS
 from tempomem.storage.snapshot import Sink, SnapshotPublisher
 from tempomem.workflows.capture import CaptureWorkflow
@@ -167,6 +168,18 @@ async def _run(
     ):
         # Finish (or discard) an interrupted `tempomem import` before this worker touches the store.
         recover_interrupted_import(ctx.root)
+        # Repair what kills left behind; quarantine records that cannot be trusted (never stop on them).
+        tidied = tidy(ctx.intake, now=utc_now())
+        if tidied != TidyReport():
+            log.warning(
+                "intake tidy: %d temp file(s) removed, %d resolve(s) finished, %d orphan(s) removed, "
+                "%d commitment(s) finished, quarantined: %s",
+                tidied.temp_files_removed,
+                tidied.resolves_finished,
+                tidied.orphans_removed,
+                tidied.commitments_finished,
+                ", ".join(f"{q.id} ({q.reason})" for q in tidied.quarantined) or "none",
+            )
         worker = build_worker(client, ctx, executor=executor)
         async with worker:
             if not await register_search_attributes(client):

@@ -1,0 +1,143 @@
+"""Fault-injection fork server: runs the durable lifecycle of a tiny store and SIGKILLs itself at the Nth
+durable filesystem step (issue #13).
+
+Usage: python -m tests.helpers.fault_child BASE RUNS
+
+Reads one integer K per line on stdin. For each, forks a child that runs ``scenario`` on a fresh store
+``BASE/run-K`` with every ``os.open(O_CREAT)``, ``os.write``, ``os.fsync``, ``os.rename``,
+``os.replace``, ``os.unlink``, ``os.mkdir`` and ``os.rmdir`` counted, and kills itself with SIGKILL when
+the count reaches K (K = 0: never; the child then prints how many steps there were). Each id that
+admission *returned* is appended to ``BASE/run-K/returned`` (not counted) before the next step, so the
+checker knows what a caller was promised. The server answers one line per K: the child's wait status.
+
+It forks from a single-threaded interpreter that has imported, but never used, the storage and index
+code, so each run costs milliseconds instead of an interpreter start.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from tempomem.recall.index import MemoryIndex
+from tempomem.storage.fsio import exclusive_lock
+from tempomem.storage.intake import FailureCategory, Intake, admit_turn
+from tempomem.storage.intake_tidy import tidy
+from tempomem.storage.projection import project
+from tempomem.storage.store_ref import STORE_LOCK
+from tempomem.storage.turn import CompletedTurn
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+HOOKED = ("open", "write", "fsync", "rename", "replace", "unlink", "mkdir", "rmdir")
+_raw = {name: getattr(os, name) for name in HOOKED}
+
+
+def turns() -> list[CompletedTurn]:
+    return [
+        CompletedTurn(
+            run_id=f"fault-run-{i}",
+            conversation_id="web:fault",
+            speaker_kind="human-turn",
+            user_text=f"question {i}",
+            final_answer=f"The answer number {i} mentions the kiwi orchard {i}.",
+            admitted_at=T0 + timedelta(minutes=i),
+        )
+        for i in range(3)
+    ]
+
+
+def curate(root: Path, intake: Intake, record_id: str, now: datetime) -> None:
+    """What one capture workflow does for a Lite record: attempt, projection + index, resolve."""
+    intake.begin_attempt(record_id, now=now)
+    payload = intake.load_payload(record_id)
+    with exclusive_lock(root / STORE_LOCK):
+        projected = project(root, payload)
+        MemoryIndex(root, None).upsert([(projected.day, projected.bullet)])
+    intake.resolve(record_id, outcome="success", now=now)
+
+
+def scenario(root: Path, returned: Path) -> None:
+    """Admit three turns; curate the first; fail the second to the dead letter, retry and curate it;
+    leave the third pending. Every transition of the intake and the Lite projection is on the way."""
+    intake = Intake(root)
+    ids = []
+    for turn in turns():
+        result = admit_turn(
+            intake,
+            turn,
+            tier="lite",
+            write_mode="append-host-summary",
+            capture_cron=None,
+            capture_webhook=None,
+        )
+        assert result.intake_id is not None
+        ids.append(result.intake_id)
+        fd = _raw["open"](returned, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        _raw["write"](fd, (result.intake_id + "\n").encode())
+        _raw["fsync"](fd)
+        os.close(fd)
+    now = T0 + timedelta(hours=1)
+    curate(root, intake, ids[0], now)
+    intake.begin_attempt(ids[1], now=now)
+    intake.record_failure(ids[1], FailureCategory.INDEX_ERROR, retry_in=timedelta(minutes=1), now=now)
+    intake.begin_attempt(ids[1], now=now)
+    intake.dead_letter(ids[1], FailureCategory.INDEX_ERROR, now=now)
+    intake.retry(ids[1], now=now)
+    curate(root, intake, ids[1], now)
+    tidy(intake, now=now)
+
+
+def install(kill_at: int) -> list[int]:
+    count = [0]
+
+    def hook(name: str):
+        raw = _raw[name]
+
+        def counted(*args, **kwargs):
+            if name != "open" or (len(args) > 1 and args[1] & os.O_CREAT):
+                count[0] += 1
+                if count[0] == kill_at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return raw(*args, **kwargs)
+
+        return counted
+
+    for name in HOOKED:
+        setattr(os, name, hook(name))
+    return count
+
+
+def run_one(base: Path, kill_at: int) -> int:
+    pid = os.fork()
+    if pid == 0:  # the child: hooks, scenario, exit without running the parent's cleanup
+        try:
+            root = base / f"run-{kill_at}"
+            _raw["mkdir"](root, 0o700)
+            count = install(kill_at)
+            scenario(root / "mem", root / "returned")
+            if kill_at == 0:
+                sys.stdout.write(f"steps {count[0]}\n")
+                sys.stdout.flush()
+            os._exit(0)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            os._exit(70)
+    _, status = os.waitpid(pid, 0)
+    return status
+
+
+def main() -> None:
+    base = Path(sys.argv[1])
+    for line in sys.stdin:
+        status = run_one(base, int(line))
+        sys.stdout.write(f"status {status}\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
