@@ -33,12 +33,10 @@ from tempomem.recall.state_cache import StateCache
 SCHEMA = "fts_main_memories"
 
 
-def _lit(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _in(values: Sequence[str]) -> str:
-    return "(" + ", ".join(_lit(v) for v in values) + ")" if values else "(NULL)"
+def in_list(values: Sequence[object]) -> str:
+    """``(?, ?, …)`` for an IN list whose values go as parameters (never inlined: text may hold any
+    character, NUL included, #13 item 5); a constant-length list keeps the plan a filtered scan."""
+    return "(" + ", ".join("?" * len(values)) + ")" if values else "(NULL)"
 
 
 def has_index(con: duckdb.DuckDBPyConnection) -> bool:
@@ -72,7 +70,10 @@ def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Se
     df_delta = delta.df_delta
     if gone:
         docids = [
-            d for (d,) in con.execute(f"SELECT docid FROM {s}.docs WHERE name IN {_in(gone)}").fetchall()
+            d
+            for (d,) in con.execute(
+                f"SELECT docid FROM {s}.docs WHERE name IN {in_list(gone)}", list(gone)
+            ).fetchall()
         ]
         delta.gone_docids = [int(d) for d in docids]
         if docids:
@@ -86,13 +87,14 @@ def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Se
     if added:
         tokens = con.execute(
             f"SELECT t.id, stem(t.w, 'porter') FROM (SELECT id, unnest({s}.tokenize(text)) AS w "
-            f"FROM memories WHERE id IN {_in(added)}) AS t "
-            f"WHERE t.w IS NOT NULL AND len(t.w) > 0 AND t.w NOT IN (SELECT sw FROM {s}.stopwords)"
+            f"FROM memories WHERE id IN {in_list(added)}) AS t "
+            f"WHERE t.w IS NOT NULL AND len(t.w) > 0 AND t.w NOT IN (SELECT sw FROM {s}.stopwords)",
+            list(added),
         ).fetchall()
         present = [
             rid
             for (rid,) in con.execute(
-                f"SELECT id FROM memories WHERE id IN {_in(added)} ORDER BY id"
+                f"SELECT id FROM memories WHERE id IN {in_list(added)} ORDER BY id", list(added)
             ).fetchall()
         ]
         terms_of: dict[str, list[str]] = {rid: [] for rid in present}
@@ -100,7 +102,9 @@ def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Se
             terms_of[rid].append(term)
         wanted = sorted({t for _, t in tokens})
         termid_of: dict[str, int] = dict(
-            con.execute(f"SELECT term, termid FROM {s}.dict WHERE term IN {_in(wanted)}").fetchall()
+            con.execute(
+                f"SELECT term, termid FROM {s}.dict WHERE term IN {in_list(wanted)}", wanted
+            ).fetchall()
         )
         base_doc, base_term = con.execute(
             f"SELECT (SELECT coalesce(max(docid), -1) + 1 FROM {s}.docs), "
@@ -112,13 +116,14 @@ def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Se
             delta.new_terms[term] = int(base_term) + offset
         if new_terms:
             con.execute(
-                f"INSERT INTO {s}.dict VALUES "
-                + ", ".join(f"({termid_of[t]}, {_lit(t)}, 0)" for t in new_terms)
+                f"INSERT INTO {s}.dict VALUES " + ", ".join(f"({termid_of[t]}, ?, 0)" for t in new_terms),
+                new_terms,
             )
-        doc_rows, term_rows = [], []
+        doc_rows, doc_names, term_rows = [], [], []
         for offset, rid in enumerate(present):
             docid = int(base_doc) + offset
-            doc_rows.append(f"({docid}, {_lit(rid)}, {len(terms_of[rid])})")
+            doc_rows.append(f"({docid}, ?, {len(terms_of[rid])})")
+            doc_names.append(rid)
             term_rows.extend(f"({docid}, 0, {termid_of[t]})" for t in terms_of[rid])
             delta.docs.append((docid, rid, len(terms_of[rid])))
             tf: dict[int, int] = {}
@@ -128,7 +133,7 @@ def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Se
             for termid in {termid_of[t] for t in terms_of[rid]}:
                 df_delta[termid] = df_delta.get(termid, 0) + 1
         if doc_rows:
-            con.execute(f"INSERT INTO {s}.docs VALUES {', '.join(doc_rows)}")
+            con.execute(f"INSERT INTO {s}.docs VALUES {', '.join(doc_rows)}", doc_names)
         if term_rows:
             con.execute(f"INSERT INTO {s}.terms VALUES {', '.join(term_rows)}")
     changes = [(t, n) for t, n in df_delta.items() if n]
@@ -150,12 +155,12 @@ def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Se
     return delta
 
 
-def bm25_sql(query: str, pool: int) -> str:
+def bm25_sql(pool: int) -> str:
     """Top-``pool`` (id, score) of ``memories`` by ``match_bm25`` (same formula and constants), scoring
-    only documents that hold a query term."""
+    only documents that hold a query term. The query is its one parameter."""
     s = SCHEMA
     return (
-        f"WITH tokens AS (SELECT DISTINCT stem(unnest({s}.tokenize({_lit(query)})), 'porter') AS t), "
+        f"WITH tokens AS (SELECT DISTINCT stem(unnest({s}.tokenize(?)), 'porter') AS t), "
         f"qterms AS (SELECT dict.termid, dict.df FROM {s}.dict AS dict, tokens WHERE dict.term = tokens.t), "
         f"term_tf AS (SELECT termid, docid, count_star() AS tf FROM {s}.terms "
         "WHERE termid IN (SELECT termid FROM qterms) GROUP BY docid, termid), "
@@ -176,7 +181,7 @@ def query_terms(con: duckdb.DuckDBPyConnection, query: str) -> list[str]:
     if terms is not None:
         return terms
     rows = con.execute(
-        f"SELECT DISTINCT stem(unnest({SCHEMA}.tokenize({_lit(query)})), 'porter') AS t ORDER BY t"
+        f"SELECT DISTINCT stem(unnest({SCHEMA}.tokenize(?)), 'porter') AS t ORDER BY t", [query]
     ).fetchall()
     return [t for (t,) in rows if t is not None]
 
@@ -235,10 +240,11 @@ class Bm25Snapshot:
         termids = np.asarray(post["termid"], dtype=np.int64)
         self.post_pos = np.searchsorted(self.docids, np.asarray(post["docid"], dtype=np.int64))
         self.post_tf = np.asarray(post["tf"], dtype=np.float64)
-        starts = (
-            np.flatnonzero(np.r_[True, termids[1:] != termids[:-1]]) if len(termids) else np.zeros(0, int)
-        )
-        ends = np.r_[starts[1:], len(termids)]
+        if len(termids):
+            starts = np.flatnonzero(np.r_[True, termids[1:] != termids[:-1]])
+            ends = np.r_[starts[1:], len(termids)]
+        else:  # an empty index (no memories, or only stop words): no postings, no ranges
+            starts = ends = np.zeros(0, np.int64)
         self.ranges = {int(termids[a]): (int(a), int(b)) for a, b in zip(starts, ends, strict=True)}
         self.dict = {
             str(term): (int(termid), int(df))

@@ -45,7 +45,7 @@ from tempomem.recall.profiles import RecallProfile, resolve_profile
 from tempomem.recall.search import Candidate, Hit, rank
 from tempomem.storage.fsio import atomic_write, ensure_private_dir, exclusive_lock, read_private_file
 from tempomem.storage.limits import DELIBERATE_SUPERSET, DIR_MODE, FILE_MODE
-from tempomem.storage.markdown import Bullet, iter_bullets
+from tempomem.storage.markdown import Bullet, damaged_bullets, iter_bullets
 
 SCHEMA_VERSION = 1
 DAILY_FOLDER = "daily"
@@ -125,6 +125,14 @@ class RebuildReport(BaseModel):
     embedded: int  # rows whose vector was computed by this rebuild
     cached: int  # rows whose vector came from the cache or the previous generation
     seconds: float
+    damaged: list[str] = []  # "daily/<day>.md:<line>" of bullets whose metadata does not parse (kept)
+
+
+class RebuildShrinkError(Exception):
+    """A rebuild would drop most memories of the active index; nothing was changed."""
+
+
+SHRINK_GUARD_MIN_ROWS = 8  # below this, a big relative drop is ordinary editing
 
 
 def fts_extension_path() -> Path:
@@ -170,15 +178,11 @@ def content_hash(text: str) -> str:
 
 
 def _sql_str(value: str) -> str:
-    """A SQL string literal. Why literals, not ``?`` parameters: DuckDB's Python binding probes for
-    optional packages (pandas, polars …) on every string/list parameter, ~10-30 ms per statement here.
-    Standard SQL strings have no backslash escapes, so doubling quotes is a complete escape."""
+    """A quoted literal for values this code owns (the extension path, hex digests, and the id filter
+    LanceDB takes as text, which has no parameters). Text from memory always goes as a ``?`` parameter."""
+    if any(ord(ch) < 32 for ch in value):
+        raise ValueError("control character in a SQL literal")
     return "'" + value.replace("'", "''") + "'"
-
-
-def _sql_in(values: Iterable[str]) -> str:
-    items = [_sql_str(v) for v in values]
-    return f"({', '.join(items)})" if items else "(NULL)"
 
 
 def _is_lock_conflict(exc: BaseException) -> bool:
@@ -542,10 +546,32 @@ class MemoryIndex:
 
     # -- rebuild ------------------------------------------------------------------------------------
 
-    def rebuild(self) -> RebuildReport:
-        """Build a complete new generation from ``daily/`` and activate it atomically."""
+    def rebuild(self, *, force: bool = False) -> RebuildReport:
+        """Build a complete new generation from ``daily/`` and activate it atomically.
+
+        Refuses (``RebuildShrinkError``, nothing changed) when the new generation would hold fewer than
+        half the memories of the active one, unless ``force``: a hand-edited or half-restored ``daily/``
+        must not silently replace a working index.
+        """
         with self._write_lock():
-            return self._rebuild_locked()
+            if not force:
+                self._refuse_shrink()
+            report = self._rebuild_locked()
+        return report.model_copy(update={"damaged": damaged_bullets(self.root, DAILY_FOLDER)})
+
+    def _refuse_shrink(self) -> None:
+        active = self.active_generation()
+        manifest = self.manifest(active) if active is not None else None
+        before = int((manifest or {}).get("rows") or 0)
+        if before < SHRINK_GUARD_MIN_ROWS:
+            return
+        after = len(self._read_source()) if (self.root / DAILY_FOLDER).is_dir() else 0
+        if after * 2 < before:
+            damaged = damaged_bullets(self.root, DAILY_FOLDER)
+            raise RebuildShrinkError(
+                f"rebuild would keep {after} of the active index's {before} memories "
+                f"({len(damaged)} damaged bullet(s) in daily/); fix the Markdown or force the rebuild"
+            )
 
     def _read_source(self) -> list[dict[str, Any]]:
         rows: dict[str, dict[str, Any]] = {}
@@ -751,9 +777,10 @@ class MemoryIndex:
             kept: dict[str, str] = {}
             for kind, a, b, c in con.execute(
                 "SELECT 'row', id, row_digest, content_hash FROM memories WHERE id IN "
-                f"{_sql_in(incoming)} UNION ALL "
+                f"{fts.in_list(incoming)} UNION ALL "
                 "SELECT 'seq', CAST(coalesce(max(seq), 0) AS VARCHAR), NULL, NULL FROM memories UNION ALL "
-                "SELECT 'meta', key, value, NULL FROM meta WHERE key IN ('rows', 'source_digest', 'fts_seq')"
+                "SELECT 'meta', key, value, NULL FROM meta WHERE key IN ('rows', 'source_digest', 'fts_seq')",
+                list(incoming),
             ).fetchall():
                 if kind == "row":
                     stored[a] = (b, c)
@@ -787,9 +814,8 @@ class MemoryIndex:
                 row["seq"] = max_seq + offset
             if changed or removed:
                 con.execute("BEGIN")
-                con.execute(
-                    f"DELETE FROM memories WHERE id IN {_sql_in(removed + [r['id'] for r in changed])}"
-                )
+                gone = removed + [r["id"] for r in changed]
+                con.execute(f"DELETE FROM memories WHERE id IN {fts.in_list(gone)}", gone)
                 if changed:
                     con.register("incoming", pa.Table.from_pylist(changed, schema=_ARROW_SCHEMA))
                     con.execute(f"INSERT INTO memories SELECT {', '.join(_COLUMNS)} FROM incoming")
@@ -813,9 +839,9 @@ class MemoryIndex:
                     after = _state_key(file_after, meta_after)
                     _remember_state(db, file_after, meta_after)
                     fts.patch_snapshot(str(db), before, after, delta)
+                    ids = [r["id"] for r in changed]
                     written = con.execute(
-                        f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN "
-                        f"{_sql_in([r['id'] for r in changed])}"
+                        f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN {fts.in_list(ids)}", ids
                     ).fetchall()
                     row_snapshot.patch(str(db), before, after, written, removed)
         new_text = {r["id"] for r in changed if stored.get(r["id"], ("", ""))[1] != r["content_hash"]}
@@ -959,7 +985,7 @@ class MemoryIndex:
                 if key is not None:
                     bm25 = fts.snapshot(str(db), key, con).top(fts.query_terms(con, text), pool)
                 else:
-                    bm25 = con.execute(fts.bm25_sql(text, pool)).fetchall()
+                    bm25 = con.execute(fts.bm25_sql(pool), [text]).fetchall()
             except duckdb.CatalogException:
                 watermark = 0  # FTS index never built (crash mid-write): scan everything lexically
             wanted = list(dict.fromkeys([i for i, _ in bm25] + vector_ids))
@@ -968,8 +994,9 @@ class MemoryIndex:
                 return bm25, held.rows(wanted, newer_than=watermark)
             # Two selections, not one OR: the id list is a key lookup, the tail a zone-map pruned scan.
             return bm25, con.execute(
-                f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN {_sql_in(wanted)} UNION ALL "
-                f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE seq > {int(watermark)}"
+                f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE id IN {fts.in_list(wanted)} UNION ALL "
+                f"SELECT {', '.join(_COLUMNS)} FROM memories WHERE seq > {int(watermark)}",
+                wanted,
             ).fetchall()
 
     def _embed_query(self, query: str) -> np.ndarray:

@@ -22,7 +22,7 @@ from tempomem.storage.intake_tidy import (
 )
 from tempomem.storage.ledger import LedgerIntegrityError
 from tempomem.storage.limits import DIR_MODE
-from tempomem.storage.markdown import iter_bullets
+from tempomem.storage.markdown import damaged_bullets, iter_bullets
 
 HealthStatus = Literal["ok", "in_progress", "dead_letters_present", "canonical_mismatch", "degraded"]
 
@@ -64,6 +64,7 @@ def audit(root: Path, *, now: datetime) -> HealthReport:
         problems += _leftovers(intake)
         problems += _receipts_against_ledger(intake)
     problems += _modes(intake)
+    problems += [f"damaged bullet: {where}" for where in damaged_bullets(Path(root), "daily")]
     mismatches = _sidecar_mismatches(Path(root), problems)
     if problems:
         status: HealthStatus = "degraded"

@@ -13,6 +13,7 @@ Anything else (headings, prose, plain ``- item`` lines, malformed metadata) is k
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -269,8 +270,12 @@ def new_document(day: str) -> MarkdownDocument:
 
 
 def read_document(path: Path) -> MarkdownDocument:
-    """Read a day file (``FileNotFoundError`` if missing). Undecodable bytes survive a rewrite."""
-    return parse_document(read_private_file(Path(path)).decode("utf-8", errors="surrogateescape"))
+    """Read a day file (``FileNotFoundError`` if missing). Undecodable bytes survive a rewrite.
+
+    Files are read the way people save them: a UTF-8 byte-order mark and CRLF line endings are accepted
+    (a rewrite stores the canonical form: no mark, LF)."""
+    text = read_private_file(Path(path)).decode("utf-8", errors="surrogateescape")
+    return parse_document(text.removeprefix("\ufeff").replace("\r\n", "\n"))
 
 
 def append_bullets(path: Path, day: str, bullets: Sequence[Bullet]) -> int:
@@ -299,13 +304,83 @@ def append_bullets(path: Path, day: str, bullets: Sequence[Bullet]) -> int:
     return added
 
 
-def iter_bullets(root: Path, folder: str = "daily") -> Iterator[tuple[str, Bullet]]:
-    """Yield ``(day, bullet)`` for each ``<root>/<folder>/YYYY-MM-DD.md``: date order, then file order."""
+def day_files(root: Path, folder: str = "daily") -> list[tuple[str, Path]]:
+    """``(day, path)`` of every ``<root>/<folder>/YYYY-MM-DD.md``, in date order."""
     directory = Path(root) / folder
     if not directory.is_dir():
-        return
+        return []
     # Temp files (".x.md.tmp-123"), notes and misnamed files are not day files.
     days = [e.name[:-3] for e in directory.iterdir() if e.name.endswith(".md") and _is_day(e.name[:-3])]
-    for day in sorted(days):
-        for bullet in read_document(directory / f"{day}.md").bullets():
-            yield day, bullet
+    return [(day, directory / f"{day}.md") for day in sorted(days)]
+
+
+def iter_bullets(root: Path, folder: str = "daily") -> Iterator[tuple[str, Bullet]]:
+    """Yield ``(day, bullet)`` for each ``<root>/<folder>/YYYY-MM-DD.md``: date order, then file order.
+
+    A plain bullet a person typed into a daily note (``- text``, no metadata) is a memory too: a
+    user-authored note (see ``plain_note``). Damaged bullets are skipped here and reported by
+    ``damaged_bullets``.
+    """
+    for day, path in day_files(root, folder):
+        items = read_document(path).items
+        seen: dict[str, int] = {}
+        for k, item in enumerate(items):
+            if isinstance(item, Bullet):
+                yield day, item
+                continue
+            # the head of a damaged bullet is not a hand-written note: its metadata line follows it
+            damaged_head = k + 1 < len(items) and "<!--mem" in getattr(items[k + 1], "text", "")
+            if folder == "daily" and not damaged_head and (note := plain_note(day, item.text, seen)):
+                yield day, note
+
+
+_PLAIN_RE = re.compile(r"[-*+] (?:(" + _SIG + r") )?(.*\S.*)")
+
+
+def plain_note(day: str, line: str, seen: dict[str, int] | None = None) -> Bullet | None:
+    """A hand-written bullet as a memory: a note by the owner, recorded at the day's start (UTC), with a
+    stable id from the day, the text and its occurrence (``seen`` counts repeats within one file)."""
+    match = _PLAIN_RE.fullmatch(line)
+    if match is None or "<!--" in line or "-->" in line:
+        return None
+    text = match[2].strip()
+    key = f"{day}\n{text}"
+    occurrence = 0
+    if seen is not None:
+        occurrence = seen.get(key, 0)
+        seen[key] = occurrence + 1
+    digest = hashlib.sha256(f"{key}\n{occurrence}".encode("utf-8", "surrogatepass")).hexdigest()
+    try:
+        return Bullet(
+            signifier=match[1] or "–",
+            text=text,
+            id=f"u-{digest[:40]}",
+            type="note",
+            status="done" if match[1] == "[x]" else "open",
+            recorded=f"{day}T00:00:00.000Z",
+            src="user",
+            attr="owner",
+        )
+    except MarkdownFormatError:
+        return None
+
+
+def damaged_bullets(root: Path, folder: str = "daily") -> list[str]:
+    """``folder/day.md:line`` of every line that carries tempomem metadata (``<!--mem``) but does not
+    parse: kept verbatim in the file, left out of recall, reported by health and rebuild."""
+    found = []
+    for day, path in day_files(root, folder):
+        text = read_private_file(path).decode("utf-8", errors="surrogateescape")
+        lines = text.removeprefix("\ufeff").replace("\r\n", "\n").split("\n")
+        for i, line in enumerate(lines):
+            if "<!--mem" not in line:
+                continue
+            legacy = _LEGACY_RE.fullmatch(line)
+            if legacy is not None and _bullet_from(legacy[1], legacy[2], legacy[3]) is not None:
+                continue
+            meta = _META_RE.fullmatch(line)
+            head = _HEAD_RE.fullmatch(lines[i - 1]) if meta is not None and i > 0 else None
+            if head is not None and meta is not None and _bullet_from(head[1], head[2], meta[1]) is not None:
+                continue
+            found.append(f"{folder}/{day}.md:{i + 1}")
+    return found

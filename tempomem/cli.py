@@ -126,7 +126,13 @@ def cmd_journal(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    report = store_from_args(args, must_exist=True).rebuild()
+    from tempomem.recall.index import RebuildShrinkError
+
+    try:
+        report = store_from_args(args, must_exist=True).rebuild(force=args.force)
+    except RebuildShrinkError as exc:
+        print(f"error: {exc} (--force)", file=sys.stderr)
+        return EXIT_ERROR
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
@@ -134,6 +140,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             f"rebuilt generation {report.generation}: {report.rows} memories "
             f"({report.embedded} embedded, {report.cached} from the vector cache)"
         )
+        for where in report.damaged:
+            print(f"  damaged bullet kept out of the index: {where}")
     return EXIT_OK
 
 
@@ -405,6 +413,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rebuild", help="rebuild the search index from canonical Markdown alone")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="activate even if it holds under half the active index's memories",
+    )
     p.set_defaults(func=cmd_rebuild)
 
     p = sub.add_parser("inspect", help="content-free view of the durable intake (ids, states, counters)")

@@ -499,8 +499,10 @@ class MemoryStore:
             replaceable=replaceable,
         )
 
-    def rebuild(self) -> RebuildReport:
+    def rebuild(self, *, force: bool = False) -> RebuildReport:
+        """A new index generation from canonical Markdown (``RebuildShrinkError`` when it would drop
+        most memories, unless ``force``)."""
         from tempomem.recall.index import MemoryIndex
 
         self._check_open()
-        return MemoryIndex(self.root, self.embedder).rebuild()
+        return MemoryIndex(self.root, self.embedder).rebuild(force=force)

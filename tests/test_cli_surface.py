@@ -14,15 +14,24 @@ from tempomem.cli import _subparsers, build_parser
 from tests.test_cli import REPO, tempomem, write_config
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md")), REPO / "examples" / "README.md"]
-# `tempomem CMD` in inline code, or at the start of a shell line (optionally after .venv/bin/)
-MENTION = re.compile(r"(?:`|^\s*(?:\$ )?(?:\S*/)?)tempomem ((?:--\S+ \S+ )*)([a-z][a-z-]*)", re.M)
+# `tempomem CMD` in inline code anywhere, or at the start of a line inside a fenced code block
+INLINE = re.compile(r"`tempomem ((?:--\S+ \S+ )*)([a-z][a-z-]*)")
+IN_BLOCK = re.compile(r"^\s*(?:\S*/)?tempomem ((?:--\S+ \S+ )*)([a-z][a-z-]*)")
 
 
 def documented_commands() -> set[str]:
     found: set[str] = set()
     for doc in DOCS:
-        if doc.exists():
-            found |= {m.group(2) for m in MENTION.finditer(doc.read_text())}
+        if not doc.exists():
+            continue
+        in_block = False
+        for line in doc.read_text().splitlines():
+            if line.lstrip().startswith("```"):
+                in_block = not in_block
+                continue
+            found |= {m.group(2) for m in INLINE.finditer(line)}
+            if in_block and (match := IN_BLOCK.match(line)):
+                found.add(match.group(2))
     return found
 
 

@@ -1,0 +1,156 @@
+"""Markdown read the way people write it, and text that used to break the index (issue #13 items 5, 9),
+plus property tests over arbitrary text for admission and the Markdown reader."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from tempomem.recall.index import MemoryIndex, RebuildShrinkError
+from tempomem.storage.health import audit
+from tempomem.storage.intake import AdmissionStatus, Intake, admit_turn
+from tempomem.storage.markdown import damaged_bullets, iter_bullets, parse_document, serialize_document
+from tempomem.storage.projection import project
+from tempomem.storage.turn import CompletedTurn
+
+NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+HEAD = "# 2026-12-01\n\n"
+GOOD = (
+    "- – The ferry leaves at seven.\n"
+    "  <!--mem id=h-1 type=observation status=open recorded=2026-12-01T10:00:00.000Z-->\n"
+)
+
+
+def daily(root: Path, text: str, day: str = "2026-12-01", *, raw: bytes | None = None) -> Path:
+    folder = root / "daily"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{day}.md"
+    path.write_bytes(raw if raw is not None else text.encode())
+    os.chmod(path, 0o600)
+    return path
+
+
+def test_crlf_and_a_bom_are_read(tmp_path: Path) -> None:
+    daily(tmp_path, "", raw=b"\xef\xbb\xbf" + (HEAD + GOOD).replace("\n", "\r\n").encode())
+    report = MemoryIndex(tmp_path, None).rebuild()
+    assert report.rows == 1
+    assert [h.id for h in MemoryIndex(tmp_path, None).search("ferry")] == ["h-1"]
+
+
+def test_search_over_an_empty_index_returns_nothing(tmp_path: Path) -> None:
+    daily(tmp_path, HEAD)
+    assert MemoryIndex(tmp_path, None).rebuild().rows == 0
+    assert MemoryIndex(tmp_path, None).search("anything at all") == []
+
+
+def test_a_damaged_bullet_is_kept_and_reported_with_file_and_line(tmp_path: Path) -> None:
+    broken = "- – Broken metadata line.\n  <!--mem id=h-2 type=observation status=weird recorded=x-->\n"
+    path = daily(tmp_path, HEAD + GOOD + broken)
+    report = MemoryIndex(tmp_path, None).rebuild()
+    assert (report.rows, report.damaged) == (1, ["daily/2026-12-01.md:6"])
+    assert damaged_bullets(tmp_path) == ["daily/2026-12-01.md:6"]
+    assert "damaged bullet: daily/2026-12-01.md:6" in audit(tmp_path, now=NOW).problems
+    assert broken in path.read_text()  # kept verbatim
+    assert [b.id for _, b in iter_bullets(tmp_path)] == ["h-1"]  # its head is not mistaken for a note
+
+
+def test_a_plain_bullet_a_person_adds_becomes_a_user_note(tmp_path: Path) -> None:
+    daily(tmp_path, HEAD + GOOD + "- Call the plumber about the boiler\n- [x] Renew the passport\n")
+    notes = [b for _, b in iter_bullets(tmp_path) if b.id.startswith("u-")]
+    assert [(b.text, b.type, b.src, b.status) for b in notes] == [
+        ("Call the plumber about the boiler", "note", "user", "open"),
+        ("Renew the passport", "note", "user", "done"),
+    ]
+    again = [b.id for _, b in iter_bullets(tmp_path) if b.id.startswith("u-")]
+    assert again == [b.id for b in notes]  # stable ids
+    MemoryIndex(tmp_path, None).rebuild()
+    assert MemoryIndex(tmp_path, None).search("plumber boiler")[0].id == notes[0].id
+
+
+def test_a_rebuild_that_would_drop_most_memories_refuses_unless_forced(tmp_path: Path) -> None:
+    lines = "".join(
+        f"- – Memory number {i} about sailing.\n  <!--mem id=h-{i} type=observation status=open "
+        f"recorded=2026-12-01T10:00:0{i}.000Z-->\n"
+        for i in range(10)
+    )
+    path = daily(tmp_path, HEAD + lines)
+    assert MemoryIndex(tmp_path, None).rebuild().rows == 10
+    path.write_text(HEAD + lines.replace("<!--mem", "<!--meme", 8))  # a bad search-and-replace
+    with pytest.raises(RebuildShrinkError, match="keep 2 of the active index's 10"):
+        MemoryIndex(tmp_path, None).rebuild()
+    assert len(MemoryIndex(tmp_path, None).search("sailing", limit=20)) == 10  # untouched
+    assert MemoryIndex(tmp_path, None).rebuild(force=True).rows == 2
+
+
+def test_a_nul_byte_in_a_turn_is_projected_and_indexed(tmp_path: Path) -> None:
+    """Item 5: search terms used to be inlined into SQL as literals; a NUL broke the statement."""
+    daily(tmp_path, HEAD + GOOD)
+    MemoryIndex(tmp_path, None).rebuild()  # the store has an index: the incremental path runs
+    intake = Intake(tmp_path)
+    turn = CompletedTurn(
+        run_id="nul-1",
+        conversation_id="web:nul",
+        speaker_kind="human-turn",
+        final_answer="Tokens with a\x00nul and quote's inside.",
+        admitted_at=NOW,
+    )
+    result = admit_turn(
+        intake, turn, tier="lite", write_mode="append-host-summary", capture_cron=None, capture_webhook=None
+    )
+    assert result.intake_id is not None
+    projected = project(tmp_path, intake.load_payload(result.intake_id))
+    assert MemoryIndex(tmp_path, None).upsert([(projected.day, projected.bullet)]) == 1
+    assert MemoryIndex(tmp_path, None).search("quote's a\x00nul")[0].id == projected.bullet.id
+
+
+# -- property tests -----------------------------------------------------------------------------------
+TEXT = st.text(st.characters(codec="utf-8"), max_size=300) | st.text(max_size=50)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(user=TEXT, answer=TEXT, run_id=st.text(min_size=1, max_size=40))
+def test_admission_of_arbitrary_text_is_typed_and_all_or_nothing(
+    tmp_path_factory: pytest.TempPathFactory, user: str, answer: str, run_id: str
+) -> None:
+    root = tmp_path_factory.mktemp("adm")
+    try:
+        turn = CompletedTurn(
+            run_id=run_id, conversation_id="web:p", user_text=user, final_answer=answer, admitted_at=NOW
+        )
+    except ValidationError as exc:  # a typed error naming the field, nothing stored
+        assert {e["loc"][0] for e in exc.errors()} <= {"run_id", "user_text", "final_answer"}
+        assert not (root / ".capture-intake").exists()
+        return
+    result = admit_turn(
+        Intake(root),
+        turn,
+        tier="lite",
+        write_mode="append-host-summary",
+        capture_cron=None,
+        capture_webhook=None,
+    )
+    if result.status is not AdmissionStatus.ADMITTED:
+        assert not (root / ".capture-intake" / "pending").exists() or not os.listdir(
+            root / ".capture-intake" / "pending"
+        )
+        return
+    assert result.intake_id is not None
+    projected = project(root, Intake(root).load_payload(result.intake_id))
+    [(_, bullet)] = list(iter_bullets(root))
+    assert bullet.id == projected.bullet.id and "\n" not in bullet.text
+    assert not any(ord(c) < 32 and c != "\t" for c in bullet.text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=400) | st.text(st.sampled_from("-–[]x <!-mem=id\r\n\ufeffabc"), max_size=200))
+def test_the_markdown_reader_never_raises_and_round_trips(text: str) -> None:
+    doc = parse_document(text)
+    assert serialize_document(doc) == text or "\r" in text  # every line survives a rewrite verbatim
+    again = parse_document(serialize_document(doc))
+    assert serialize_document(again) == serialize_document(doc)
