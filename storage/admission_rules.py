@@ -9,6 +9,7 @@ import re
 from typing import Literal
 
 from tempomem.storage.limits import SUMMARY_ANSWER_MAX_BYTES
+from tempomem.storage.secrets import redact
 from tempomem.storage.turn import CompletedTurn, SkipReason
 
 WriteMode = Literal["disabled", "append-host-summary", "capture"]
@@ -81,7 +82,8 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
 
 def host_summary(turn: CompletedTurn) -> str:
     """AMB-21 / WM-13: the deterministic host observation, built from the assistant answer only."""
-    answer = _WHITESPACE.sub(" ", clean_text(turn.final_answer)).strip()
+    # Secrets go before anything else: a truncation could otherwise cut a key below what is recognised.
+    answer = _WHITESPACE.sub(" ", clean_text(redact(turn.final_answer)[0])).strip()
     # Canonical Markdown keeps metadata in HTML comments; an answer must never open or close one.
     answer = answer.replace("<!--", "&lt;!--").replace("-->", "--&gt;")
     answer = truncate_utf8(answer, SUMMARY_ANSWER_MAX_BYTES)
@@ -95,7 +97,8 @@ def capture_parts(turn: CompletedTurn) -> tuple[str | None, str]:
     source label travels separately (WM-12). A host-approved capture text replaces the raw user text
     (HOST-05).
     """
+    answer = redact(turn.final_answer)[0]  # no secret reaches the record, the archive or the model
     if turn.trigger_kind != "none":
-        return None, turn.final_answer
+        return None, answer
     user = turn.capture_text if turn.capture_text is not None else turn.user_text
-    return (user or None), turn.final_answer
+    return (redact(user)[0] or None), answer

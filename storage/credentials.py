@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from tempomem.storage.secrets import contains_secret
+
 MAX_TEXT_BYTES = 1024  # AMB-25: per memory text, UTF-8 bytes
 
 # AMB-26: a conservative set. JWTs must start like a base64url JSON header ("eyJ") so that version
@@ -37,8 +39,9 @@ _MARKDOWN_PREFIX = re.compile(r"^\s*(?:[-*+](?:\s|$)|\d{1,9}[.)](?:\s|$)|#{1,6}(
 
 
 def contains_credential(text: str) -> bool:
-    """AMB-26: whether ``text`` carries something that looks like a secret."""
-    return _CREDENTIAL.search(text) is not None
+    """AMB-26: whether ``text`` carries something that looks like a secret: the spec's list, widened to
+    every format ``storage.secrets`` redacts (#13 item 4)."""
+    return _CREDENTIAL.search(text) is not None or contains_secret(text)
 
 
 def _is_emoji_side(ch: str) -> bool:
