@@ -246,9 +246,12 @@ def cmd_recurate(args: argparse.Namespace) -> int:
 
 
 def progress_postfix(p: RecurateProgress) -> str:
-    if p.model_calls:
+    if p.diff_path or (p.model_calls and not p.admitted):  # a dry run counts calls only
         return f"model calls={p.model_calls}"
-    return f"admitted={p.admitted} dup={p.duplicates} resolved={p.resolved} dead={p.dead}"
+    return (
+        f"admitted={p.admitted} dup={p.duplicates} resolved={p.resolved} dead={p.dead} "
+        f"calls={p.model_calls} lines={p.lines_added}"
+    )
 
 
 def failure_category(exc: BaseException) -> str:
@@ -272,5 +275,6 @@ def summary_line(p: RecurateProgress, req: RecurateRequest) -> str:
         )
     return (
         f"recurate {req.run_id}: {p.turns} turns · admitted {p.admitted} · duplicates {p.duplicates} · "
-        f"resolved {p.resolved} · dead {p.dead} · pending {p.pending} · runs {p.continue_as_new_runs + 1}"
+        f"resolved {p.resolved} · dead {p.dead} · pending {p.pending} · model calls {p.model_calls} · "
+        f"lines added {p.lines_added} · runs {p.continue_as_new_runs + 1}"
     )

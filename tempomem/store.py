@@ -201,7 +201,7 @@ class MemoryStore:
         try:
             async with asyncio.timeout(START_TIMEOUT_SECONDS):
                 client = await self._connect()
-                await start_capture(
+                started = await start_capture(
                     client,
                     task_queue=self.task_queue,
                     store_id=self.store_id,
@@ -209,6 +209,11 @@ class MemoryStore:
                     tier=self.config.memory.mode,
                     write_mode=self.config.memory.write_mode,
                     first_delay_seconds=self.first_delay_seconds,
+                )
+            if not started:  # USE_EXISTING found an open run under this id: say so, never claim a start
+                return False, (
+                    "a capture workflow with this id is already open (another store admitted the same run "
+                    "id); the record stays pending and the sweeper starts it when the id is free"
                 )
             return True, None
         except Exception as exc:  # any failure here is a warning: the durable record is what counts

@@ -275,3 +275,19 @@ async def test_workflow_is_observable_in_the_ui_without_content(client: Client, 
         await asyncio.sleep(0.2)
         found = [w.id async for w in client.list_workflows(query)]
     assert found == [capture_workflow_id(result.intake_id)]
+
+
+async def test_a_run_id_open_in_another_store_is_reported_not_claimed(client: Client, tmp_path: Path) -> None:
+    """#13 item 3 (first part): two stores in one namespace admit the same run id while the first's
+    workflow is open; the second admission says its workflow was not started (it used to say it was), and
+    its record stays pending for the sweeper."""
+    first = make_store(tmp_path / "a", client, mode="lite")
+    second = make_store(tmp_path / "b", client, mode="lite")
+    one = await first.persist_completed_turn(turn("shared-run", "Store A's answer."))
+    two = await second.persist_completed_turn(turn("shared-run", "Store B's answer."))
+    assert one.workflow_started
+    assert (two.status, two.workflow_started) == (AdmissionStatus.ADMITTED, False)
+    assert two.warning is not None and "already open" in two.warning
+    assert second.intake.view(two.intake_id, now=T0).state is RecordState.PENDING
+    async with running_worker(client, first):  # the first store's turn is curated; the id frees up
+        assert (await outcome_of(client, one.intake_id)).state == "resolved"

@@ -342,10 +342,13 @@ async def test_recurate_dry_run_then_real_run_then_rerun(
 
         # Real run, same run id: the very ids the dry run showed.
         model.push(*recurate_script(action))
+        calls_before_real = len(model.calls)
         real = await run_recurate(
             client, store, make_request(store, since=DAY1, model="scripted-v2", run_id="r1")
         )
         assert (real.turns, real.admitted, real.duplicates, real.resolved, real.dead) == (1, 1, 0, 1, 0)
+        # True counts (#12): the calls the model server saw and the line the supersede added, not zeros.
+        assert (real.model_calls, real.lines_added) == (len(model.calls) - calls_before_real, 1)
         after = daily_bytes(store.root)
         lines = [b for _, b in iter_bullets(store.root, "daily")]
         texts = [b.text for b in lines]

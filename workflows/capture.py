@@ -93,7 +93,7 @@ class CaptureWorkflow:
             self._state = "running"
             self._publish()
             try:
-                lines = await self._attempt_once(ref, info, final_attempt)
+                lines, calls = await self._attempt_once(ref, info, final_attempt)
             except ActivityError as err:
                 category = failure_category(err)
                 self._last_failure = category
@@ -112,9 +112,10 @@ class CaptureWorkflow:
                 continue
             self._state = "resolved"
             self._publish()
-            return CaptureOutcome(inp.intake_id, "resolved", info.attempt, lines)
+            return CaptureOutcome(inp.intake_id, "resolved", info.attempt, lines, calls)
 
-    async def _attempt_once(self, ref: RecordRef, info: AttemptInfo, final_attempt: bool) -> int:
+    async def _attempt_once(self, ref: RecordRef, info: AttemptInfo, final_attempt: bool) -> tuple[int, int]:
+        """Run one attempt; returns (lines added, model calls) for the outcome (content-free counts)."""
         self._stage = "projection"
         projection: ProjectionResult = await workflow.execute_activity(
             PROJECT,
@@ -125,6 +126,7 @@ class CaptureWorkflow:
             retry_policy=_NO_RETRY,
             summary="project the admitted observation",
         )
+        lines, calls = projection.lines_added, 0
         if info.write_mode == "capture":
             curation = CurationInput(ref.intake_id, ref.store_id, final_attempt)
             extracted: StageResult | None = None
@@ -148,11 +150,14 @@ class CaptureWorkflow:
                     retry_policy=_NO_RETRY,
                     summary=stage,
                 )
+                calls += result.model_calls
                 if stage == "extraction":
                     extracted = result
+                elif stage == "reconciliation":
+                    lines += result.items  # ADD and SUPERSEDE decisions committed
         self._stage = "resolve"
         await self._short(RESOLVE, ref, None)
-        return projection.lines_added
+        return lines, calls
 
     async def _dead_letter(self, ref: RecordRef, attempt: int, category: str) -> CaptureOutcome:
         self._stage = "dead_letter"

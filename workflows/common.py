@@ -90,7 +90,8 @@ class CaptureOutcome:
     intake_id: str
     state: str  # "resolved" | "dead" | "not_pending"
     attempts: int
-    lines_added: int
+    lines_added: int  # projection lines plus lines the reconciliation added (ADD, SUPERSEDE)
+    model_calls: int = 0  # of the successful attempt; absent from results recorded before it existed
 
 
 @dataclass(frozen=True)

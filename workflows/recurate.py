@@ -62,13 +62,13 @@ class RecurateProgress:
     resolved: int = 0
     dead: int = 0
     pending: int = 0  # left pending (the sweeper finishes them)
-    model_calls: int = 0  # dry run only (a real run's calls are in each capture's history)
+    model_calls: int = 0  # dry run: the scratch run's; real run: the sum over the captures' outcomes
     continue_as_new_runs: int = 0
     done: bool = False
     diff_path: str = ""  # dry run: the owner-only diff file on the worker host
     diff_sha256: str = ""
     files_changed: int = 0
-    lines_added: int = 0
+    lines_added: int = 0  # dry run: of the diff; real run: lines the captures committed
     lines_removed: int = 0
     superseded: int = 0
 
@@ -247,6 +247,8 @@ class RecurateWorkflow:
                 static_summary=f"capture {intake_id[:12]}… · recurate {inp.run_id} · store {inp.store_id}",
             )
             state = outcome.state
+            self._p.model_calls += outcome.model_calls  # true counts, not zeros (#12)
+            self._p.lines_added += outcome.lines_added
         except WorkflowAlreadyStartedError:
             state = await self._await_record(inp, intake_id)  # the sweeper started it first
         except ChildWorkflowError:
