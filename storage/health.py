@@ -14,6 +14,7 @@ from tempomem.storage import replay_projection
 from tempomem.storage.intake import Intake, IntakeError, RecordState
 from tempomem.storage.intake_tidy import (
     check_record,
+    intake_folders,
     interrupted_resolves,
     leftover_temp_files,
     list_quarantined,
@@ -127,15 +128,7 @@ def _receipts_against_ledger(intake: Intake) -> list[str]:
 def _modes(intake: Intake) -> list[str]:
     """Owner-only folders (LIM-11): 0700 for the root and every intake folder."""
     out = []
-    folders = [
-        intake.root,
-        intake.base,
-        intake.pending_dir,
-        intake.dead_dir,
-        intake.resolved_dir,
-        intake.base / "ledger",
-        quarantine_dir(intake),
-    ]
+    folders = [*intake_folders(intake), quarantine_dir(intake)]
     for folder in folders:
         try:
             st = os.lstat(folder)

@@ -126,12 +126,8 @@ def quarantine_if_corrupt(intake: Intake, record_id: str, *, now: datetime) -> Q
 
 def list_quarantined(intake: Intake) -> list[QuarantinedRecord]:
     folder = quarantine_dir(intake)
-    try:
-        names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        return []
     found = []
-    for name in names:
+    for name in sorted(_names(folder)):
         if name.endswith(".reason.json"):
             try:
                 found.append(QuarantinedRecord.model_validate_json(read_private_file(folder / name)))
@@ -140,40 +136,33 @@ def list_quarantined(intake: Intake) -> list[QuarantinedRecord]:
     return found
 
 
+def intake_folders(intake: Intake) -> list[Path]:
+    """The root and every folder the intake writes (health checks their modes, tidy their temp files)."""
+    return [intake.root, intake.base, intake.pending_dir, intake.dead_dir, intake.resolved_dir,
+            intake.base / "ledger"]  # fmt: skip
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except FileNotFoundError:
+        return []
+
+
 def leftover_temp_files(intake: Intake) -> list[Path]:
     """``atomic_write`` temp files in the intake folders (a writer killed between create and rename)."""
-    found = []
-    for folder in (
-        intake.root,
-        intake.base,
-        intake.pending_dir,
-        intake.dead_dir,
-        intake.resolved_dir,
-        intake.base / "ledger",
-    ):
-        try:
-            names = os.listdir(folder)
-        except FileNotFoundError:
-            continue
-        found += [folder / n for n in names if _TEMP.match(n)]
-    return found
+    return [folder / n for folder in intake_folders(intake) for n in _names(folder) if _TEMP.match(n)]
 
 
 def interrupted_resolves(intake: Intake) -> list[str]:
     """Ids with a receipt and still a payload, state or plan file beside it."""
     found = set()
     for folder in (intake.pending_dir, intake.dead_dir):
-        try:
-            names = os.listdir(folder)
-        except FileNotFoundError:
-            continue
-        for name in names:
-            match = _RECORD.match(name) or _SIDE_FILE.match(name)
-            if match is None:
-                continue
-            record_id = name[:64]
-            if os.path.lexists(intake.resolved_dir / f"{record_id}.receipt.json"):
-                found.add(record_id)
+        for name in _names(folder):
+            if (_RECORD.match(name) or _SIDE_FILE.match(name)) and os.path.lexists(
+                intake.resolved_dir / f"{name[:64]}.receipt.json"
+            ):
+                found.add(name[:64])
     return sorted(found)
 
 
@@ -181,17 +170,12 @@ def orphan_side_files(intake: Intake) -> list[Path]:
     """State or plan files whose payload is gone (and that no receipt explains)."""
     found = []
     for folder in (intake.pending_dir, intake.dead_dir):
-        try:
-            names = os.listdir(folder)
-        except FileNotFoundError:
-            continue
-        for name in names:
+        for name in _names(folder):
             match = _SIDE_FILE.match(name)
-            explained = match is None or any(
+            if match and not any(
                 os.path.lexists(p)
                 for p in (folder / match.group(1), intake.resolved_dir / f"{match.group(1)}.receipt.json")
-            )
-            if not explained:
+            ):
                 found.append(folder / name)
     return found
 

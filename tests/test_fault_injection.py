@@ -27,10 +27,10 @@ import pytest
 
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage.health import audit
-from tempomem.storage.intake import AdmissionStatus, Intake, RecordState, admit_turn
+from tempomem.storage.intake import AdmissionStatus, Intake, RecordState
 from tempomem.storage.intake_tidy import tidy
 from tempomem.storage.markdown import iter_bullets
-from tests.helpers.fault_child import curate, turns
+from tests.helpers.fault_child import admit_lite, curate, turns
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.crash
@@ -95,14 +95,7 @@ def recover_and_finish(run_dir: Path) -> list[str]:
         assert intake.view(record_id, now=NOW).state is RecordState.RESOLVED, "resolved turn came back"
     ids = []
     for turn in turns():  # the host retries admissions it did not see return, and may retry others
-        result = admit_turn(
-            intake,
-            turn,
-            tier="lite",
-            write_mode="append-host-summary",
-            capture_cron=None,
-            capture_webhook=None,
-        )
+        result = admit_lite(intake, turn)
         assert result.intake_id is not None
         if result.intake_id in promised:
             assert result.status is AdmissionStatus.DUPLICATE, "a returned id was lost"

@@ -28,7 +28,7 @@ from tempomem.storage.intake import FailureCategory, Intake, admit_turn
 from tempomem.storage.intake_tidy import tidy
 from tempomem.storage.projection import project
 from tempomem.storage.store_ref import STORE_LOCK
-from tempomem.storage.turn import CompletedTurn
+from tempomem.storage.turn import AdmissionResult, CompletedTurn
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 HOOKED = ("open", "write", "fsync", "rename", "replace", "unlink", "mkdir", "rmdir")
@@ -49,6 +49,12 @@ def turns() -> list[CompletedTurn]:
     ]
 
 
+def admit_lite(intake: Intake, turn: CompletedTurn) -> AdmissionResult:
+    return admit_turn(
+        intake, turn, tier="lite", write_mode="append-host-summary", capture_cron=None, capture_webhook=None
+    )
+
+
 def curate(root: Path, intake: Intake, record_id: str, now: datetime) -> None:
     """What one capture workflow does for a Lite record: attempt, projection + index, resolve."""
     intake.begin_attempt(record_id, now=now)
@@ -65,14 +71,7 @@ def scenario(root: Path, returned: Path) -> None:
     intake = Intake(root)
     ids = []
     for turn in turns():
-        result = admit_turn(
-            intake,
-            turn,
-            tier="lite",
-            write_mode="append-host-summary",
-            capture_cron=None,
-            capture_webhook=None,
-        )
+        result = admit_lite(intake, turn)
         assert result.intake_id is not None
         ids.append(result.intake_id)
         fd = _raw["open"](returned, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
