@@ -22,6 +22,7 @@ from temporalio.common import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from tempomem.activities.context import StoreContext, utc_now
+from tempomem.storage.store_ref import is_path_named
 from tempomem.workflows import search_attributes as sa
 from tempomem.workflows.common import (
     CAPTURE_WORKFLOW,
@@ -30,6 +31,7 @@ from tempomem.workflows.common import (
     SweepInput,
     SweepResult,
     capture_workflow_id,
+    legacy_capture_workflow_id,
 )
 
 
@@ -42,12 +44,18 @@ async def start_capture(
     tier: str,
     write_mode: str,
     first_delay_seconds: int = 60,
+    path_named: bool = False,
 ) -> bool:
     """Start (or find) the CaptureWorkflow of one record. True when this call started a new run.
+
+    ``path_named``: the store kept its pre-id name, so a capture started before the change may still be
+    open under the old id form; then nothing new is started while it is (one capture per record).
 
     Search attributes need registering on the namespace (the worker tries on start); where they are
     not registered the start is retried without them, so a plain cluster still works.
     """
+    if path_named and await _open(client, legacy_capture_workflow_id(intake_id)):
+        return False
     summary = f"capture {intake_id[:12]}… · {tier} · {write_mode} · store {store_id}"
     with_attributes = await search_attributes_registered(client)
     handle = await client.start_workflow(
@@ -58,7 +66,7 @@ async def start_capture(
             first_delay_seconds=first_delay_seconds,
             search_attributes=with_attributes,
         ),
-        id=capture_workflow_id(intake_id),
+        id=capture_workflow_id(store_id, intake_id),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
@@ -69,6 +77,19 @@ async def start_capture(
     # The server says whether it started a run or USE_EXISTING found one.
     response = getattr(handle, "_start_workflow_response", None)
     return bool(getattr(response, "started", True))
+
+
+async def _open(client: Client, workflow_id: str) -> bool:
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return described.status == WorkflowExecutionStatus.RUNNING
 
 
 # Per client object (weakly held, so a new client never inherits another server's answer) and namespace.
@@ -136,6 +157,7 @@ async def sweep_store(ctx: StoreContext) -> SweepResult:
             tier=ctx.tier,
             write_mode=ctx.write_mode,
             first_delay_seconds=ctx.first_delay_seconds,
+            path_named=is_path_named(ctx.root, ctx.store_id),
         ):
             started += 1
     return SweepResult(due=len(due), started=started, already_running=len(due) - started)

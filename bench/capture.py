@@ -114,13 +114,13 @@ async def bare_floor(env: WorkflowEnvironment, runs: int) -> tuple[float, float]
         return statistics.median(seq), (time.perf_counter() - t) * 1000 / 20
 
 
-async def activity_breakdown(client, intake_ids: list[str]) -> dict[str, tuple[float, float]]:
+async def activity_breakdown(client, workflow_ids: list[str]) -> dict[str, tuple[float, float]]:
     """Per activity type, from the capture workflows' histories: median ms from scheduled to started
     (dispatch through the server) and from started to completed (the activity's own work)."""
     waits: dict[str, list[float]] = {}
     runs: dict[str, list[float]] = {}
-    for intake_id in intake_ids:
-        history = await client.get_workflow_handle(f"capture-{intake_id}").fetch_history()
+    for workflow_id in workflow_ids:
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
         at = {e.event_id: e.event_time.ToDatetime() for e in history.events}
         kind: dict[int, str] = {}
         for e in history.events:
@@ -176,7 +176,7 @@ async def capture_run(
         t = time.perf_counter()
         if concurrent:
             results = [await store.persist_completed_turn(x) for x in made]
-            await asyncio.gather(*(outcome_of(client, r.intake_id, timeout=300) for r in results))
+            await asyncio.gather(*(outcome_of(client, r, timeout=300) for r in results))
             per_turn = (time.perf_counter() - t) * 1000 / turns
         else:
             samples, admission, ids = [], [], []
@@ -184,9 +184,9 @@ async def capture_run(
                 s = time.perf_counter()
                 r = await store.persist_completed_turn(x)
                 admission.append((time.perf_counter() - s) * 1000)
-                await outcome_of(client, r.intake_id, timeout=300)
+                await outcome_of(client, r, timeout=300)
                 samples.append((time.perf_counter() - s) * 1000)
-                ids.append(r.intake_id)
+                ids.append(r.workflow_id)
             per_turn = statistics.median(samples)
             if breakdown is not None:
                 breakdown["admission (host, then the workflow start)"] = (0.0, statistics.median(admission))

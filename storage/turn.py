@@ -73,3 +73,4 @@ class AdmissionResult(BaseModel):
     skip_reason: SkipReason | None = None
     workflow_started: bool = False
     warning: str | None = None  # e.g. Temporal unreachable: the record stays pending for the sweeper
+    workflow_id: str | None = None  # the record's CaptureWorkflow id (set by MemoryStore on admission)

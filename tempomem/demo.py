@@ -19,7 +19,7 @@ from tempomem.storage.fence import fence_is_held
 from tempomem.storage.turn import AdmissionStatus, CompletedTurn
 from tempomem.store import MemoryStore
 from tempomem.worker import run_worker
-from tempomem.workflows.common import CaptureOutcome, capture_workflow_id
+from tempomem.workflows.common import CaptureOutcome
 
 
 class DemoTurn(BaseModel):
@@ -81,7 +81,7 @@ async def run_demo(store: MemoryStore, client: Client, *, ui_url: str, namespace
             if result.status in (AdmissionStatus.ADMITTED, AdmissionStatus.DUPLICATE) and result.intake_id:
                 ids.append(result.intake_id)
         for intake_id in ids:
-            handle = client.get_workflow_handle(capture_workflow_id(intake_id), result_type=CaptureOutcome)
+            handle = client.get_workflow_handle(store.workflow_id(intake_id), result_type=CaptureOutcome)
             try:
                 outcome = await asyncio.wait_for(handle.result(), timeout=120)
             except Exception as exc:  # e.g. a duplicate whose workflow history lives on another server
@@ -94,7 +94,7 @@ async def run_demo(store: MemoryStore, client: Client, *, ui_url: str, namespace
             out.append(f'\nMemoryRecall "{query}"')
             out.extend(f"  {line}" for line in text.splitlines())
         out.append("\nEach turn's workflow in the Temporal Web UI:")
-        out.extend(f"  {ui_url}/namespaces/{namespace}/workflows/{capture_workflow_id(i)}" for i in ids)
+        out.extend(f"  {ui_url}/namespaces/{namespace}/workflows/{store.workflow_id(i)}" for i in ids)
     finally:
         stop.set()
         if worker is not None:

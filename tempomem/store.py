@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from tempomem.activities.context import CaptureSettings, StoreContext
 from tempomem.config import TempomemConfig
+from tempomem.storage.admission_rules import skip_reason
 from tempomem.storage.intake import Intake, RecordState, admit_turn
 from tempomem.storage.limits import AUTO_CONTEXT_MAX_BYTES
 from tempomem.storage.snapshot import Sink, SnapshotPublisher
-from tempomem.storage.store_ref import store_id, task_queue
+from tempomem.storage.store_ref import is_path_named, store_id
 from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
+from tempomem.workflows.common import capture_workflow_id
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -137,8 +139,7 @@ class MemoryStore:
         self.config = config
         self.base_dir = base_dir if base_dir is not None else config.source_dir
         self.root = resolve_root(config, base_dir)
-        self.store_id = store_id(self.root)
-        self.task_queue = config.temporal.task_queue or task_queue(self.root)
+        self._store_id: str | None = None
         self.intake = Intake(self.root)
         # INTAKE-31: republish the content-free snapshot right after each admission.
         self.publisher = SnapshotPublisher(self.intake, snapshot_sinks)
@@ -150,6 +151,21 @@ class MemoryStore:
         # llm.provider "agent-host": the host's own model client, used by this store's worker (HOST-03)
         self.host_model = host_model
         self._closed = False
+
+    @property
+    def store_id(self) -> str:
+        """The stable id written in the store (created with it on first use: never at construction)."""
+        if self._store_id is None:
+            self._store_id = store_id(self.root)
+        return self._store_id
+
+    @property
+    def task_queue(self) -> str:
+        return self.config.temporal.task_queue or f"tempomem-{self.store_id}"
+
+    def workflow_id(self, intake_id: str) -> str:
+        """The CaptureWorkflow id of one of this store's intake records."""
+        return capture_workflow_id(self.store_id, intake_id)
 
     # -- write path ---------------------------------------------------------------------------------
     async def persist_completed_turn(self, turn: CompletedTurn) -> AdmissionResult:
@@ -163,6 +179,14 @@ class MemoryStore:
             raise TypeError(f"turn must be a CompletedTurn, not {type(turn).__name__}")
         memory = self.config.memory
         capture = memory.capture
+        skipped = skip_reason(
+            turn,
+            write_mode=memory.write_mode,
+            capture_cron=capture.cron if capture else None,
+            capture_webhook=capture.webhook if capture else None,
+        )
+        if skipped is None:
+            _ = self.store_id  # a new store's id is written before its first record (not path-named)
         result = admit_turn(
             self.intake,
             turn,
@@ -171,6 +195,8 @@ class MemoryStore:
             capture_cron=capture.cron if capture else None,
             capture_webhook=capture.webhook if capture else None,
         )
+        if result.intake_id is not None:
+            result = result.model_copy(update={"workflow_id": self.workflow_id(result.intake_id)})
         if result.status is not AdmissionStatus.ADMITTED or result.intake_id is None:
             return result
         started, warning = await self._try_start(result.intake_id)
@@ -209,11 +235,12 @@ class MemoryStore:
                     tier=self.config.memory.mode,
                     write_mode=self.config.memory.write_mode,
                     first_delay_seconds=self.first_delay_seconds,
+                    path_named=is_path_named(self.root, self.store_id),
                 )
             if not started:  # USE_EXISTING found an open run under this id: say so, never claim a start
                 return False, (
-                    "a capture workflow with this id is already open (another store admitted the same run "
-                    "id); the record stays pending and the sweeper starts it when the id is free"
+                    "this record's capture workflow is already open (started by the sweeper, or by the "
+                    "previous id form); it curates the record"
                 )
             return True, None
         except Exception as exc:  # any failure here is a warning: the durable record is what counts

@@ -22,9 +22,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tempomem.storage.intake import RecordState
 from tempomem.storage.markdown import iter_bullets
-from tempomem.storage.turn import AdmissionStatus, CompletedTurn
+from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 from tempomem.store import START_TIMEOUT_SECONDS
-from tempomem.workflows.common import CaptureOutcome, capture_workflow_id
+from tempomem.workflows.common import CaptureOutcome
 from tests.conftest import make_store, running_worker
 
 T0 = datetime(2026, 12, 3, 9, 30, 15, 123000, tzinfo=UTC)
@@ -54,8 +54,10 @@ async def when_found(call, timeout: float = 60):
             await asyncio.sleep(0.2)
 
 
-async def outcome_of(client: Client, intake_id: str, timeout: float = 60) -> CaptureOutcome:
-    handle = client.get_workflow_handle(capture_workflow_id(intake_id), result_type=CaptureOutcome)
+async def outcome_of(client: Client, admitted: AdmissionResult, timeout: float = 60) -> CaptureOutcome:
+    """The CaptureWorkflow result of one admission (its workflow id carries the store id, #13)."""
+    assert admitted.workflow_id is not None
+    handle = client.get_workflow_handle(admitted.workflow_id, result_type=CaptureOutcome)
     await when_found(handle.describe, timeout)
     return await asyncio.wait_for(handle.result(), timeout)
 
@@ -75,7 +77,7 @@ async def test_lite_turn_is_projected_indexed_and_resolved(client: Client, tmp_p
     )
     assert result.status is AdmissionStatus.ADMITTED and result.workflow_started
     async with running_worker(client, store):
-        outcome = await outcome_of(client, result.intake_id)
+        outcome = await outcome_of(client, result)
     assert (outcome.state, outcome.attempts, outcome.lines_added) == ("resolved", 1, 1)
     bullets = list(iter_bullets(store.root, "daily"))
     assert len(bullets) == 1
@@ -94,8 +96,8 @@ async def test_history_contains_no_memory_text(client: Client, tmp_path: Path) -
     store = make_store(tmp_path / "mem", client, mode="journal")
     result = await store.persist_completed_turn(turn("hist-1", secret_answer, user_text=secret_user))
     async with running_worker(client, store):
-        assert (await outcome_of(client, result.intake_id)).state == "resolved"
-    history = await client.get_workflow_handle(capture_workflow_id(result.intake_id)).fetch_history()
+        assert (await outcome_of(client, result)).state == "resolved"
+    history = await client.get_workflow_handle(result.workflow_id).fetch_history()
     raw = json.dumps(history.to_json_dict())
     decoded = [base64.b64decode(d).decode("utf-8", "replace") for d in _payload_data(history.to_json_dict())]
     assert decoded, "the history must carry payloads for this check to mean anything"
@@ -134,7 +136,7 @@ async def test_temporal_unreachable_at_admission_then_swept(client: Client, tmp_
     # The worker's start sweep finds the pending record and starts its workflow.
     online = make_store(tmp_path / "mem", client, mode="lite")
     async with running_worker(client, online):
-        outcome = await outcome_of(client, result.intake_id)
+        outcome = await outcome_of(client, result)
     assert outcome.state == "resolved"
     assert [b.text for _, b in iter_bullets(online.root)] == [
         "Assistant: The boiler was serviced on 2026-11-20."
@@ -146,7 +148,7 @@ async def test_duplicate_admission_after_resolution_adds_nothing(client: Client,
     t = turn("dup-1", "Your passport expires in June 2028.")
     first = await store.persist_completed_turn(t)
     async with running_worker(client, store):
-        await outcome_of(client, first.intake_id)
+        await outcome_of(client, first)
         second = await store.persist_completed_turn(t)
     assert second.status is AdmissionStatus.DUPLICATE and not second.workflow_started
     assert len(list(iter_bullets(store.root))) == 1
@@ -158,8 +160,8 @@ async def test_journal_repeated_content_converges_on_one_identity(client: Client
     b = await store.persist_completed_turn(turn("j-2", "Your Wi-Fi password hint is the cat's name."))
     assert a.intake_id != b.intake_id
     async with running_worker(client, store):
-        assert (await outcome_of(client, a.intake_id)).state == "resolved"
-        assert (await outcome_of(client, b.intake_id)).state == "resolved"
+        assert (await outcome_of(client, a)).state == "resolved"
+        assert (await outcome_of(client, b)).state == "resolved"
     bullets = [bl for _, bl in iter_bullets(store.root)]
     assert len(bullets) == 1 and bullets[0].id.startswith("j-")  # TIER-03, TIER-06
     assert store.search("wifi password hint")[0].id == bullets[0].id
@@ -169,7 +171,7 @@ async def test_bujo_host_summary_goes_to_audit_only(client: Client, tmp_path: Pa
     store = make_store(tmp_path / "mem", client, mode="bujo")
     result = await store.persist_completed_turn(turn("b-1", "The quarterly report is due on the 15th."))
     async with running_worker(client, store):
-        outcome = await outcome_of(client, result.intake_id)
+        outcome = await outcome_of(client, result)
     assert outcome.state == "resolved"
     assert list(iter_bullets(store.root, "daily")) == []  # TIER-07, TIER-08
     audit = list(iter_bullets(store.root, "audit"))
@@ -218,7 +220,7 @@ async def test_worker_killed_mid_projection_recovers_exactly_once(client: Client
         proc.wait()
     assert list(iter_bullets(store.root)) == []  # killed before any write
     async with running_worker(client, store):
-        outcome = await outcome_of(client, result.intake_id, timeout=90)
+        outcome = await outcome_of(client, result, timeout=90)
     # Attempt 1 died with the worker (heartbeat timeout), attempt 2 ran on the new worker.
     assert (outcome.state, outcome.attempts) == ("resolved", 2)
     assert len(list(iter_bullets(store.root))) == 1
@@ -240,7 +242,7 @@ async def test_sweep_schedule_starts_records_admitted_while_temporal_was_away(
             result = await offline.persist_completed_turn(turn("sched-1", "The car's MOT is due in April."))
             assert not result.workflow_started
             await schedule.trigger()  # what the schedule does every minute
-            outcome = await outcome_of(client, result.intake_id)
+            outcome = await outcome_of(client, result)
         finally:
             await schedule.delete()
     assert outcome.state == "resolved"
@@ -253,9 +255,9 @@ async def test_workflow_is_observable_in_the_ui_without_content(client: Client, 
 
     store = make_store(tmp_path / "mem", client, mode="journal")
     result = await store.persist_completed_turn(turn("ui-1", "Heron-Paddle-8812 is where the spare key is."))
-    handle = client.get_workflow_handle(capture_workflow_id(result.intake_id), result_type=CaptureOutcome)
+    handle = client.get_workflow_handle(result.workflow_id, result_type=CaptureOutcome)
     async with running_worker(client, store):
-        await outcome_of(client, result.intake_id)
+        await outcome_of(client, result)
         status = await handle.query("status", result_type=CaptureStatus)
     assert (status.state, status.attempt, status.stage) == ("resolved", 1, "resolve")
     description = await handle.describe()
@@ -274,20 +276,46 @@ async def test_workflow_is_observable_in_the_ui_without_content(client: Client, 
             break
         await asyncio.sleep(0.2)
         found = [w.id async for w in client.list_workflows(query)]
-    assert found == [capture_workflow_id(result.intake_id)]
+    assert found == [result.workflow_id]
 
 
-async def test_a_run_id_open_in_another_store_is_reported_not_claimed(client: Client, tmp_path: Path) -> None:
-    """#13 item 3 (first part): two stores in one namespace admit the same run id while the first's
-    workflow is open; the second admission says its workflow was not started (it used to say it was), and
-    its record stays pending for the sweeper."""
+async def test_two_stores_that_admit_the_same_run_id_are_both_curated(client: Client, tmp_path: Path) -> None:
+    """#13 item 3: workflow ids carry the store's stable id, so the same run id in two stores of one
+    namespace never collides (it used to: the second was not curated while the first was open, and
+    admission still said it had started a workflow)."""
     first = make_store(tmp_path / "a", client, mode="lite")
     second = make_store(tmp_path / "b", client, mode="lite")
-    one = await first.persist_completed_turn(turn("shared-run", "Store A's answer."))
-    two = await second.persist_completed_turn(turn("shared-run", "Store B's answer."))
-    assert one.workflow_started
-    assert (two.status, two.workflow_started) == (AdmissionStatus.ADMITTED, False)
-    assert two.warning is not None and "already open" in two.warning
-    assert second.intake.view(two.intake_id, now=T0).state is RecordState.PENDING
-    async with running_worker(client, first):  # the first store's turn is curated; the id frees up
-        assert (await outcome_of(client, one.intake_id)).state == "resolved"
+    one = await first.persist_completed_turn(turn("shared-run", "Store A keeps the blue kayak."))
+    two = await second.persist_completed_turn(turn("shared-run", "Store B keeps the red canoe."))
+    assert one.intake_id == two.intake_id and one.workflow_id != two.workflow_id
+    assert one.workflow_started and two.workflow_started
+    async with running_worker(client, first), running_worker(client, second):
+        assert (await outcome_of(client, one)).state == "resolved"
+        assert (await outcome_of(client, two)).state == "resolved"
+    assert "kayak" in first.search("kayak")[0].text and "canoe" in second.search("canoe")[0].text
+
+
+async def test_a_moved_store_keeps_its_id_and_task_queue(client: Client, tmp_path: Path) -> None:
+    """The id is written into the store at creation, so a move or restore keeps naming the same store."""
+    import shutil
+
+    store = make_store(tmp_path / "here", client, mode="lite")
+    admitted = await store.persist_completed_turn(turn("moving-1", "The atlas is on the top shelf."))
+    before = (store.store_id, store.task_queue, admitted.workflow_id)
+    shutil.move(tmp_path / "here", tmp_path / "there")
+    moved = make_store(tmp_path / "there", client, mode="lite")
+    assert (moved.store_id, moved.task_queue, moved.workflow_id(admitted.intake_id)) == before
+    async with running_worker(client, moved):  # its pending turn is on the queue the moved worker polls
+        assert (await outcome_of(client, admitted)).state == "resolved"
+
+
+def test_a_store_from_before_ids_keeps_its_path_name(tmp_path: Path) -> None:
+    """Stores created before ids were written keep their path-derived name (open workflows stay valid)."""
+    from tempomem.storage.store_ref import STORE_ID_FILE, path_store_id, store_id
+
+    (tmp_path / "old" / ".capture-intake").mkdir(parents=True)
+    assert store_id(tmp_path / "old") == path_store_id(tmp_path / "old")
+    assert (tmp_path / "old" / STORE_ID_FILE).read_text().strip() == path_store_id(tmp_path / "old")
+    fresh = store_id(tmp_path / "new")
+    assert fresh != path_store_id(tmp_path / "new") and store_id(tmp_path / "new") == fresh
+    assert oct((tmp_path / "new" / STORE_ID_FILE).stat().st_mode & 0o777) == "0o600"

@@ -16,7 +16,6 @@ from tempomem.storage import graph, replay_projection
 from tempomem.storage.intake import RecordState
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
-from tempomem.workflows.common import capture_workflow_id
 from tests.conftest import make_store, running_worker
 from tests.scripted_model import HttpError, ScriptedModelServer
 from tests.test_capture_flow import _payload_data, outcome_of
@@ -80,7 +79,7 @@ async def test_capture_extracts_reviews_and_commits(client: Client, tmp_path: Pa
         turn("cap-1", "My sister Ana is vegetarian.", "Noted that Ana is vegetarian; I searched three sites.")
     )
     async with running_worker(client, store):
-        outcome = await outcome_of(client, result.intake_id)
+        outcome = await outcome_of(client, result)
     assert outcome.state == "resolved"
     assert len(model.calls) == 2  # extraction + review; the clearly novel line skipped reconcile (CAP-07)
     [line] = bullets(store.root)
@@ -92,7 +91,7 @@ async def test_capture_extracts_reviews_and_commits(client: Client, tmp_path: Pa
     assert store.intake.view(result.intake_id, now=T1).state is RecordState.RESOLVED
     assert store.search("what does my sister eat")[0].id == line.id
     # Memory text and model output never reach Temporal history.
-    history = await client.get_workflow_handle(capture_workflow_id(result.intake_id)).fetch_history()
+    history = await client.get_workflow_handle(result.workflow_id).fetch_history()
     decoded = [base64.b64decode(d).decode("utf-8", "replace") for d in _payload_data(history.to_json_dict())]
     assert not [d for d in decoded if "vegetarian" in d or "restaurant" in d]
 
@@ -128,11 +127,11 @@ async def test_review_stage_is_not_scheduled_when_nothing_is_eligible(
             r = await store.persist_completed_turn(
                 turn(f"rev-{i}", text, "Noted.", at=T1 + timedelta(minutes=i))
             )
-            assert (await outcome_of(client, r.intake_id)).state == "resolved"
+            assert (await outcome_of(client, r)).state == "resolved"
             results.append(r)
     stages = []
     for r in results:
-        history = await client.get_workflow_handle(capture_workflow_id(r.intake_id)).fetch_history()
+        history = await client.get_workflow_handle(r.workflow_id).fetch_history()
         stages.append([a for a in _activities(history) if a.startswith("capture.")])
     assert stages == [
         ["capture.project", "capture.extract", "capture.reconcile"],
@@ -157,7 +156,7 @@ async def test_invalid_output_is_a_failed_attempt_then_the_retry_succeeds(
     )
     result = await store.persist_completed_turn(turn("cap-2", "I live on the 4th floor.", "Noted."))
     async with running_worker(client, store):
-        outcome = await outcome_of(client, result.intake_id)
+        outcome = await outcome_of(client, result)
     assert (outcome.state, outcome.attempts) == ("resolved", 2)
     assert [b.text for b in bullets(store.root)] == ["The user's flat is on the 4th floor."]
 
@@ -171,7 +170,7 @@ async def test_retained_plan_means_no_second_extraction(client: Client, tmp_path
     )
     result = await store.persist_completed_turn(turn("cap-3", "My bike is a green Brompton.", "Nice bike."))
     async with running_worker(client, store):
-        outcome = await outcome_of(client, result.intake_id)
+        outcome = await outcome_of(client, result)
     assert (outcome.state, outcome.attempts) == ("resolved", 2)
     extraction_calls = [
         c for c in model.calls if "extract durable long-term memories" in json.dumps(c.messages)
@@ -188,7 +187,7 @@ async def test_users_correction_supersedes_and_keeps_history(client: Client, tmp
     )
     first = await store.persist_completed_turn(turn("cap-4a", "Ana is vegetarian.", "Noted."))
     async with running_worker(client, store):
-        await outcome_of(client, first.intake_id)
+        await outcome_of(client, first)
         [old] = bullets(store.root)
         model.push(
             extraction(memory("Ana has become vegan.", entities=["ana"]), entities=ANA),
@@ -200,7 +199,7 @@ async def test_users_correction_supersedes_and_keeps_history(client: Client, tmp
         second = await store.persist_completed_turn(
             turn("cap-4b", "Correction: Ana is vegan now.", "Updated.", at=T2, conversation_id="web:conv-2")
         )
-        outcome = await outcome_of(client, second.intake_id)
+        outcome = await outcome_of(client, second)
     assert outcome.state == "resolved"
     assert len(model.calls) == 5  # 2 for the first turn, 3 (the maximum, CAP-05) for the second
     texts = {b.id: b for b in bullets(store.root)}
@@ -223,9 +222,9 @@ async def test_exact_duplicate_is_noop_without_a_call(client: Client, tmp_path: 
     )
     async with running_worker(client, store):
         a = await store.persist_completed_turn(turn("cap-5a", "My dentist is Dr. Silva.", "Noted."))
-        await outcome_of(client, a.intake_id)
+        await outcome_of(client, a)
         b = await store.persist_completed_turn(turn("cap-5b", "Dentist: Dr Silva.", "Noted.", at=T2))
-        await outcome_of(client, b.intake_id)
+        await outcome_of(client, b)
     assert len(model.calls) == 4  # no reconcile call for the duplicate (CAP-56)
     assert len(bullets(store.root)) == 1
 
@@ -245,7 +244,7 @@ async def test_capture_only_and_task_lines(client: Client, tmp_path: Path, model
         turn("cap-6", "I like window seats; book the dentist.", "OK.")
     )
     async with running_worker(client, store):
-        await outcome_of(client, result.intake_id)
+        await outcome_of(client, result)
     lines = bullets(store.root)
     assert [b.text for b in lines] == ["The user prefers window seats."]  # CAP-70: only preference kept
     assert all(b.signifier != "[ ]" for b in lines)  # CAP-62: capture never writes an open task
@@ -265,7 +264,7 @@ async def test_intention_lifecycle_states_ends_and_supersession(
         first = await store.persist_completed_turn(
             turn("int-1", "I plan to renew my passport by March.", "OK.")
         )
-        await outcome_of(client, first.intake_id)
+        await outcome_of(client, first)
         [planned] = bullets(store.root)
         assert (planned.status, planned.due) == ("scheduled", "2027-03-31")  # INTENT-07, INTENT-10
         done = memory("The user renewed the passport.", kind="note")
@@ -275,7 +274,7 @@ async def test_intention_lifecycle_states_ends_and_supersession(
             json.dumps({"decisions": [{"index": 0, "action": "NOOP", "target": 1}]}),
         )
         second = await store.persist_completed_turn(turn("int-2", "Passport renewed!", "Great.", at=T2))
-        await outcome_of(client, second.intake_id)
+        await outcome_of(client, second)
         # A trigger turn cannot supply an intention (INTENT-09).
         model.push(
             extraction({**memory("Reminder ran.", source="user"), "intentState": "pending"}),
@@ -284,7 +283,7 @@ async def test_intention_lifecycle_states_ends_and_supersession(
         third = await store.persist_completed_turn(
             turn("int-3", "", "Reminder ran.", at=T2, speaker_kind="trigger")
         )
-        await outcome_of(client, third.intake_id)
+        await outcome_of(client, third)
     lines = {b.text: b for b in bullets(store.root)}
     renewed = lines["The user renewed the passport."]
     # The classifier's NOOP changed the state, so it became a supersession (INTENT-17) that keeps the end.

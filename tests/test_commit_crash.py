@@ -73,7 +73,7 @@ async def run_two_turns(
     model.push(*FIRST)
     first = await store.persist_completed_turn(turn("crash-1", "Ana is vegetarian.", "Noted."))
     async with running_worker(client, store):
-        await outcome_of(client, first.intake_id)
+        await outcome_of(client, first)
     model.push(*SECOND)
     second_turn = turn("crash-2", "Ana is vegan now.", "Updated.", at=T2, conversation_id="web:conv-2")
     if crash_step is not None:
@@ -85,7 +85,7 @@ async def run_two_turns(
     else:
         second = await store.persist_completed_turn(second_turn)
     async with running_worker(client, store):
-        outcome = await outcome_of(client, second.intake_id, timeout=120)
+        outcome = await outcome_of(client, second, timeout=120)
     assert outcome.state == "resolved"
     return len(model.calls)
 
@@ -127,7 +127,7 @@ async def test_lost_sidecar_is_adopted_from_the_retained_intent(client: Client, 
         model.push(*FIRST)
         first = await store.persist_completed_turn(turn("crash-1", "Ana is vegetarian.", "Noted."))
         async with running_worker(client, store):
-            await outcome_of(client, first.intake_id)
+            await outcome_of(client, first)
         model.push(*SECOND)
         proc = spawn_crash_worker(client, store, model, "sidecar")
         second = await store.persist_completed_turn(
@@ -143,7 +143,7 @@ async def test_lost_sidecar_is_adopted_from_the_retained_intent(client: Client, 
         assert adopt_replay(root).status == "sidecar_present"
         assert audit(root, now=T2).status == "in_progress"  # the intent is still pending
         async with running_worker(client, store):
-            await outcome_of(client, second.intake_id, timeout=120)
+            await outcome_of(client, second, timeout=120)
     assert canonical_bytes(root) == reference
     assert len(model.calls) == 5  # no provider work repeated
     assert audit(root, now=T2).status == "ok"

@@ -92,7 +92,7 @@ async def test_agent_host_captures_end_to_end_with_the_hosts_client(
     result = await store.persist_completed_turn(turn("host-1", "My sister Ana is vegetarian.", "Noted."))
     assert result.workflow_started
     async with running_worker(client, store):
-        outcome = await outcome_of(client, result.intake_id)
+        outcome = await outcome_of(client, result)
     assert outcome.state == "resolved"
     assert host.requests == [(REFERENCE_REF, True), (REFERENCE_REF, True)]  # extraction + review
     assert [c.model for c in model.calls] == ["gpt-5.6-terra", "gpt-5.6-terra"]

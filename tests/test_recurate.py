@@ -39,7 +39,6 @@ from tempomem.storage.intake import (
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
 from tempomem.storage.turn_archive import ARCHIVE_DIR, TurnArchive, TurnArchiveConflictError
-from tempomem.workflows.common import capture_workflow_id
 from tempomem.workflows.recurate import recurate_workflow_id
 from tests.conftest import make_store, running_worker
 from tests.scripted_model import Delay, ScriptedModelServer
@@ -296,7 +295,7 @@ async def test_recurate_dry_run_then_real_run_then_rerun(
     )
     first = await store.persist_completed_turn(turn("rc-1"))
     async with running_worker(client, store):
-        assert (await outcome_of(client, first.intake_id)).state == "resolved"
+        assert (await outcome_of(client, first)).state == "resolved"
         archived = store.root / ARCHIVE_DIR / DAY1 / f"{first.intake_id}.json"
         assert archived.is_file()
         original = {b.text: b for _, b in iter_bullets(store.root, "daily")}
@@ -376,7 +375,7 @@ async def test_recurate_dry_run_then_real_run_then_rerun(
     for wid in (
         recurate_workflow_id(store.store_id, "r1", dry_run=True),
         recurate_workflow_id(store.store_id, "r1", dry_run=False),
-        capture_workflow_id(derived),
+        store.workflow_id(derived),
     ):
         history = await client.get_workflow_handle(wid).fetch_history()
         decoded = decoded_history(history)
@@ -418,7 +417,7 @@ async def _two_archived_turns(client: Client, tmp_path: Path, model, run_id: str
     async with running_worker(client, store):
         for i, (key, at) in enumerate((("bike", T1), ("Lisbon", T1 + timedelta(hours=1)))):
             result = await store.persist_completed_turn(turn(f"{run_id}-{i}", at, user=f"About {key}."))
-            assert (await outcome_of(client, result.intake_id)).state == "resolved"
+            assert (await outcome_of(client, result)).state == "resolved"
     originals = [t.id for t in TurnArchive(store.root).turns(since=T1.date())]
     derived = [intake_id(f"recurate:{run_id}:{o}") for o in originals]
     assert len(derived) == 2
@@ -520,7 +519,7 @@ async def test_failed_dry_run_reports_a_category_and_leaves_no_scratch(
     model.push(echo_model, echo_model)
     async with running_worker(client, store):
         result = await store.persist_completed_turn(turn("fail-1", user="About bike."))
-        assert (await outcome_of(client, result.intake_id)).state == "resolved"
+        assert (await outcome_of(client, result)).state == "resolved"
         before = tree_digest(store.root)
         model.push("Sure! Here are the memories: []")  # CAP-12: not one exact JSON value
         with pytest.raises(WorkflowFailureError) as err:

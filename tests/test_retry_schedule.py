@@ -14,7 +14,7 @@ from tempomem import devserver
 from tempomem.storage.intake import RecordState
 from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
 from tempomem.storage.turn import CompletedTurn
-from tempomem.workflows.common import CaptureOutcome, capture_workflow_id
+from tempomem.workflows.common import CaptureOutcome
 from tests.conftest import make_store, running_worker
 
 T0 = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
@@ -47,7 +47,7 @@ async def test_sixteen_failed_attempts_dead_letter_the_record(
         CompletedTurn(run_id="doomed", conversation_id="c", final_answer="Never projected.", admitted_at=T0)
     )
     assert result.workflow_started
-    handle = client.get_workflow_handle(capture_workflow_id(result.intake_id), result_type=CaptureOutcome)
+    handle = client.get_workflow_handle(result.workflow_id, result_type=CaptureOutcome)
     async with running_worker(client, store):
         # Skip the durable timers explicitly; the test server fast-forwards while nothing else runs.
         for _ in range(400):

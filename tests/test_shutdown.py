@@ -96,7 +96,7 @@ async def test_stop_returns_while_the_provider_hangs_and_the_record_resumes(
     stop = asyncio.Event()
     task = asyncio.create_task(run_worker(client, ctx, stop=stop, schedule=False))
     try:
-        outcome = await outcome_of(client, result.intake_id, timeout=120)
+        outcome = await outcome_of(client, result, timeout=120)
     finally:
         stop.set()
         await task

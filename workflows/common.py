@@ -22,8 +22,18 @@ REVIEW = "capture.review"
 RECONCILE = "capture.reconcile"
 
 
-def capture_workflow_id(intake_id: str) -> str:
-    """ARCHITECTURE.md: ``capture-<64-hex id>``, so a start for the same run is idempotent."""
+# Versioned change (#13 item 3): child captures started by backfill and re-curation carry the store id.
+STORE_SCOPED_IDS = "store-scoped-capture-ids-v1"
+
+
+def capture_workflow_id(store_id: str, intake_id: str) -> str:
+    """``capture-<store id>-<64-hex intake id>``: a start for the same run of the same store is
+    idempotent, and two stores that admit the same run id never share a workflow (ARCHITECTURE.md)."""
+    return f"capture-{store_id}-{intake_id}"
+
+
+def legacy_capture_workflow_id(intake_id: str) -> str:
+    """The id form used before store ids were written (still open in older stores, and in histories)."""
     return f"capture-{intake_id}"
 
 

@@ -34,10 +34,12 @@ with workflow.unsafe.imports_passed_through():
     from tempomem.workflows import search_attributes as sa
     from tempomem.workflows.common import (
         CAPTURE_WORKFLOW,
+        STORE_SCOPED_IDS,
         CaptureInput,
         CaptureOutcome,
         RecordRef,
         capture_workflow_id,
+        legacy_capture_workflow_id,
     )
 
 RECURATE_WORKFLOW = "RecurateWorkflow"
@@ -238,7 +240,7 @@ class RecurateWorkflow:
                     first_delay_seconds=inp.first_delay_seconds,
                     search_attributes=inp.search_attributes,
                 ),
-                id=capture_workflow_id(intake_id),
+                id=_child_id(inp.store_id, intake_id),
                 result_type=CaptureOutcome,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 # The capture owns its record's retry budget; it must outlive a cancelled re-curation.
@@ -301,3 +303,10 @@ class RecurateWorkflow:
             f"duplicates {p.duplicates} · resolved {p.resolved} · dead {p.dead} · pending {p.pending} · "
             f"run {p.continue_as_new_runs + 1}" + (" · done" if p.done else "")
         )
+
+
+def _child_id(store_id: str, intake_id: str) -> str:
+    """Runs started before the change keep the old child id on replay (Temporal patching)."""
+    if workflow.patched(STORE_SCOPED_IDS):
+        return capture_workflow_id(store_id, intake_id)
+    return legacy_capture_workflow_id(intake_id)

@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from tempomem.devserver import temporal_cli
 from tempomem.storage.turn import CompletedTurn
 from tempomem.workflows import search_attributes
-from tempomem.workflows.common import CaptureOutcome, capture_workflow_id
+from tempomem.workflows.common import CaptureOutcome
 from tests.conftest import make_store, running_worker
 
 HERE = Path(__file__).parent
@@ -76,7 +76,7 @@ async def record(env: WorkflowEnvironment, name: str, *, fail_first: bool) -> No
             store.root.mkdir(parents=True, exist_ok=True)
             (store.root / "daily").write_text("")
         result = await store.persist_completed_turn(turn)
-        handle = client.get_workflow_handle(capture_workflow_id(result.intake_id), result_type=CaptureOutcome)
+        handle = client.get_workflow_handle(result.workflow_id, result_type=CaptureOutcome)
         async with running_worker(client, store):
             if fail_first:
                 while store.intake.view(result.intake_id, now=T0).failure_category is None:
