@@ -169,6 +169,24 @@ class Ledger:
                 return data[offset + 64 : offset + 128].decode("ascii")
         return None
 
+    def entries(self, has_receipt: Callable[[str, str], bool]) -> list[tuple[str, str]]:
+        """Every commitment (intake id, payload hash), each shard verified against the catalog first.
+        Content-free: what an export carries so a restored store keeps its duplicate protection."""
+        if not self.exists():
+            return []
+        slots = self._read_catalog()
+        out = []
+        for index in range(CATALOG_SLOTS):
+            data, _ = self._verified_shard(index, slots[index], has_receipt)
+            for offset in range(0, len(data), LEDGER_ENTRY_BYTES):
+                out.append(
+                    (
+                        data[offset : offset + 64].decode("ascii"),
+                        data[offset + 64 : offset + 128].decode("ascii"),
+                    )
+                )
+        return out
+
     def verify_all(self, has_receipt: Callable[[str, str], bool]) -> int:
         """Check every shard against the catalog (health). Returns the number of entries."""
         if not self.exists():

@@ -15,7 +15,9 @@ until two agree (AMB-34). The archive is a ``.tar.gz``:
     canonical/.turn-archive/<day>/<id>.json   archived turn payloads (storage.turn_archive), so a
                                restored store can still be re-curated; they hold turn text, like the
                                Markdown does
-    intake-metadata.json       content-free (informational; never imported)
+    intake-metadata.json       content-free: record views and receipts (informational), and the ledger's
+                               commitments (id, payload hash), which import merges into the store's
+                               ledger so a restored store never admits a curated run id again
 
 Import needs a stopped agent: it takes the liveness fence (``AgentRunningError`` otherwise) and the store
 lock. Both verbs verify the whole archive first — only regular files and directories, no absolute paths,
@@ -68,6 +70,7 @@ from tempomem.storage import replay_projection
 from tempomem.storage.fence import hold_fence
 from tempomem.storage.fsio import UnsafePathError, atomic_write, ensure_private_dir, exclusive_lock, fsync_dir
 from tempomem.storage.intake import INTAKE_DIR, Intake, IntakeError, IntakePayload, RecordState, intake_id
+from tempomem.storage.ledger import LedgerIntegrityError
 from tempomem.storage.markdown import append_bullets, read_document
 from tempomem.storage.store_ref import STORE_LOCK
 from tempomem.storage.turn_archive import ARCHIVE_DIR
@@ -239,7 +242,10 @@ def _intake_metadata(root: Path, now: dt.datetime) -> bytes:
         fd = _open_regular(path)
         with os.fdopen(fd, "rb") as f:
             receipts.append(json.loads(f.read(1 << 16)))
-    data = {"records": records, "receipts": receipts}
+    # The permanent ledger's commitments (ids and payload hashes only): imported, so a restored store
+    # keeps refusing run ids it has already curated (INTAKE-28).
+    commitments = sorted(intake.ledger.entries(intake.has_receipt))
+    data = {"records": records, "receipts": receipts, "commitments": commitments}
     return (json.dumps(data, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
 
@@ -572,6 +578,7 @@ class ImportReport:
     archived_turns_added: int = 0
     recovered: int = 0
     changed_paths: tuple[str, ...] = ()
+    commitments_added: int = 0  # ledger commitments the store lacked (duplicate protection kept)
 
 
 def _commit(root: Path, staging: Path, files: dict[str, tuple[str | None, str]]) -> None:
@@ -654,6 +661,46 @@ def _stopped_store(root: Path, what: str) -> Iterator[tuple[Path, int]]:
                 shutil.rmtree(staging, ignore_errors=True)
 
 
+def _commitments(verified: VerifiedArchive) -> list[tuple[str, str]]:
+    """The ledger commitments an archive carries (none in archives from before they were exported)."""
+    if not verified.intake_metadata:
+        return []
+    try:
+        raw = json.loads(verified.intake_metadata).get("commitments", [])
+        pairs = [(str(a), str(b)) for a, b in raw]
+    except (ValueError, TypeError, AttributeError):
+        raise ArchiveError("intake metadata commitments are malformed") from None
+    if not all(_HEX64.fullmatch(a) and _HEX64.fullmatch(b) for a, b in pairs):
+        raise ArchiveError("intake metadata commitments are malformed")
+    return pairs
+
+
+def _check_commitments(root: Path, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The commitments the store lacks; ``ImportConflictError`` (nothing changed) when the store commits
+    one of the ids with another payload hash (another store's history under the same run id)."""
+    if not pairs:
+        return []
+    intake = Intake(root)
+    with intake.lock():
+        try:
+            known = dict(intake.ledger.entries(intake.has_receipt))
+        except LedgerIntegrityError as exc:
+            raise ArchiveError(f"the store's ledger fails its integrity check: {exc}") from None
+    conflicts = [a for a, b in pairs if a in known and known[a] != b]
+    if conflicts:
+        raise ImportConflictError(
+            f"the archive commits {len(conflicts)} run id(s) the store committed with other bytes "
+            f"(e.g. intake id {conflicts[0]})"
+        )
+    return [(a, b) for a, b in pairs if a not in known]
+
+
+def _append_commitments(root: Path, missing: list[tuple[str, str]]) -> int:
+    intake = Intake(root)
+    with intake.lock():
+        return sum(1 for a, b in missing if intake.ledger.append(a, b, intake.has_receipt))
+
+
 def import_restore(root: Path, archive: Path) -> ImportReport:
     """Replace the canonical files of a stopped, empty (or matching) store with the archive's."""
     root = Path(root)
@@ -670,13 +717,20 @@ def import_restore(root: Path, archive: Path) -> ImportReport:
                 f"restore needs an empty store or one matching the archive; {len(conflicts)} canonical "
                 f"file(s) differ (e.g. {conflicts[0]}). Use `import apply` to merge instead."
             )
+        missing = _check_commitments(root, _commitments(verified))
         todo = {rel: (None, wanted[rel].sha256) for rel in wanted if rel not in present}
         for rel in set(wanted) - set(todo):
             (staging / rel).unlink()
         if todo:
             _commit(root, staging, todo)
+        # After the files: a kill in between leaves commitments to add, which re-running the import adds.
+        committed = _append_commitments(root, missing)
         return ImportReport(
-            mode="restore", files_written=len(todo), recovered=recovered, changed_paths=tuple(sorted(todo))
+            mode="restore",
+            files_written=len(todo),
+            recovered=recovered,
+            changed_paths=tuple(sorted(todo)),
+            commitments_added=committed,
         )
 
 
@@ -688,6 +742,7 @@ def import_apply(root: Path, archive: Path) -> ImportReport:
         os.mkdir(incoming, 0o700)
         verified = verify_archive(archive, spool_to=incoming)
         _validate_structured(verified.canonical)
+        missing = _check_commitments(root, _commitments(verified))
         out = staging / "out"
         os.mkdir(out, 0o700)
         bases: dict[str, str | None] = {}
@@ -763,8 +818,10 @@ def import_apply(root: Path, archive: Path) -> ImportReport:
             shutil.rmtree(incoming)
             shutil.rmtree(out)
             _commit(root, staging, changed)
+        committed = _append_commitments(root, missing)
         return ImportReport(
             mode="apply",
+            commitments_added=committed,
             files_written=len(changed),
             bullets_added=added,
             bullets_skipped=skipped,

@@ -567,3 +567,33 @@ def test_an_archived_turn_that_is_not_what_its_name_says_refuses_the_import(
         with pytest.raises(ex.ArchiveError, match="archived turn"):
             verb(dst, bad)
         assert tree(dst) == before
+
+
+def test_restore_and_apply_keep_the_ledger_so_curated_run_ids_stay_duplicates(tmp_path: Path) -> None:
+    """#13: a restored store used to admit the same run ids again (the ledger did not travel)."""
+    src = make_store(tmp_path / "src")  # admits run-1
+    turn = CompletedTurn(
+        run_id="run-1", conversation_id="web:1", speaker_kind="human-turn", user_text=SECRET,
+        final_answer="Noted.", admitted_at=T0,
+    )  # fmt: skip
+    payload = build_payload(turn, write_mode="append-host-summary", tier="lite")
+    Intake(src).resolve(payload.id, outcome="success", now=T0)
+    archive = ex.export_store(src, tmp_path / "b.tar.gz").path
+    meta = json.loads(members(archive)[ex.INTAKE_META_NAME])
+    assert [a for a, _ in meta["commitments"]] == [payload.id]  # ids and hashes only
+    assert SECRET not in json.dumps(meta)
+    dst = tmp_path / "dst"
+    assert ex.import_restore(dst, archive).commitments_added == 1
+    assert Intake(dst).admit(payload) == "duplicate"
+    # apply into another store: the commitment is merged; the same id with other bytes refuses it all
+    other = tmp_path / "other"
+    append_bullets(other / "daily" / "2026-03-06.md", "2026-03-06", [bullet("m-7", "unrelated")])
+    assert ex.import_apply(other, archive).commitments_added == 1
+    assert Intake(other).admit(payload) == "duplicate"
+    clash = tmp_path / "clash"
+    Intake(clash).admit(build_payload(turn.model_copy(update={"final_answer": "Other bytes."}),
+                                      write_mode="append-host-summary", tier="lite"))
+    before = tree(clash)
+    with pytest.raises(ex.ImportConflictError, match="other bytes"):
+        ex.import_apply(clash, archive)
+    assert tree(clash) == before
