@@ -56,6 +56,7 @@ from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTur
 from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT, TurnArchive
 
 INTAKE_DIR = ".capture-intake"
+IMPORTED_NAME = "imported-commitments.json"
 RECORD_VERSION = 1
 TRUNCATION_MARKER = "\n[capture text truncated]"
 
@@ -331,11 +332,35 @@ class Intake:
         return Ledger(self.root, self.base)
 
     def has_receipt(self, record_id: str, payload_sha256: str) -> bool:
-        """INTAKE-26: an exact materialised receipt — a record or resolved receipt with that payload hash."""
+        """INTAKE-26: an exact materialised receipt — a record or resolved receipt with that payload hash,
+        or a commitment an import wrote down before appending it (``add_imported``)."""
         try:
-            return self._existing_digest(record_id) == payload_sha256
+            if self._existing_digest(record_id) == payload_sha256:
+                return True
         except IntakeError:
             return False
+        return (record_id, payload_sha256) in self.imported()
+
+    @property
+    def imported_path(self) -> Path:
+        return self.base / IMPORTED_NAME
+
+    def imported(self) -> set[tuple[str, str]]:
+        """Commitments merged in from an export archive (content-free: ids and payload hashes)."""
+        if not os.path.lexists(self.imported_path):
+            return set()
+        try:
+            pairs = json.loads(self._read(self.imported_path))
+            return {(str(a), str(b)) for a, b in pairs}
+        except (ValueError, TypeError):
+            raise IntakeCorruptError(f"{IMPORTED_NAME} is malformed") from None
+
+    def add_imported(self, pairs: list[tuple[str, str]]) -> None:
+        """Write imported commitments down (fsynced) before they are appended to the ledger, so a kill
+        between a shard append and its catalog commit leaves an entry the intake vouches for (the
+        admission rule: the record first, then the ledger). Caller holds the intake lock."""
+        merged = sorted(self.imported() | set(pairs))
+        atomic_write(self.imported_path, json.dumps(merged, separators=(",", ":")).encode("ascii"))
 
     def _lock(self) -> contextlib.AbstractContextManager[None]:
         self.ensure_layout()

@@ -696,8 +696,11 @@ def _check_commitments(root: Path, pairs: list[tuple[str, str]]) -> list[tuple[s
 
 
 def _append_commitments(root: Path, missing: list[tuple[str, str]]) -> int:
+    if not missing:
+        return 0
     intake = Intake(root)
     with intake.lock():
+        intake.add_imported(missing)  # vouches for them first: a kill mid-append never wedges the ledger
         return sum(1 for a, b in missing if intake.ledger.append(a, b, intake.has_receipt))
 
 

@@ -3,7 +3,8 @@
 ``tests/helpers/fault_child.py`` counts every durable filesystem call (create, write, fsync, rename,
 replace, unlink, mkdir, rmdir) of admission, attempt bookkeeping, retry, dead-lettering, the Lite
 projection with its index update, resolve and tidy, and kills itself at step K, for every K. After each
-kill this test restarts the store as a worker would (``tidy``) and checks:
+kill this test restarts the store as a worker would (``tidy``) and checks (a rebuild, consolidation, an
+export and a restore into a second store are the last steps; each is run again after the kill):
 
 * the store opens without a manual step, and ``health`` names no problem once tidied;
 * every id admission returned is still there (a retried admission is a ``duplicate``, never new);
@@ -25,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from tempomem.export import export_store, import_restore, is_canonical
 from tempomem.recall.index import MemoryIndex
+from tempomem.storage.consolidation import consolidate
 from tempomem.storage.health import audit
 from tempomem.storage.intake import AdmissionStatus, Intake, RecordState
 from tempomem.storage.intake_tidy import tidy
@@ -119,7 +122,30 @@ def recover_and_finish(run_dir: Path) -> list[str]:
     assert sorted(h.id for h in hits) == sorted(lines)
     report = audit(root, now=NOW)
     assert (report.status, report.problems) == ("ok", [])
+    # The operator's steps after the kill: a restore interrupted by it completes when run again (it was
+    # rolled forward or discarded, never left half-applied) ...
+    archive = run_dir / "backup.tar.gz"
+    if archive.exists():
+        import_restore(run_dir / "restored", archive)
+        import_restore(run_dir / "restored-check", archive)
+        assert canonical_files(run_dir / "restored") == canonical_files(run_dir / "restored-check")
+    # ... and rebuild, consolidation, export and restore of the finished store converge on it.
+    assert MemoryIndex(root, None).rebuild().rows == 3
+    consolidate(root)
+    final = export_store(root, run_dir / "final.tar.gz").path
+    import_restore(run_dir / "restored-final", final)
+    assert canonical_files(run_dir / "restored-final") == canonical_files(root)
+    again = Intake(run_dir / "restored-final")
+    assert again.ledger.verify_all(again.has_receipt) == 3
     return after_restart
+
+
+def canonical_files(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and is_canonical(p.relative_to(root).as_posix())
+    }
 
 
 def test_sigkill_at_every_durable_step_loses_and_duplicates_nothing(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Fault-injection fork server: runs the durable lifecycle of a tiny store and SIGKILLs itself at the Nth
-durable filesystem step (issue #13).
+durable filesystem step (issue #13): the intake lifecycle, the Lite projection with its index, then a
+rebuild, consolidation, an export and a restore.
 
-Usage: python -m tests.helpers.fault_child BASE RUNS
+Usage: python -m tests.helpers.fault_child BASE
 
 Reads one integer K per line on stdin. For each, forks a child that runs ``scenario`` on a fresh store
 ``BASE/run-K`` with every ``os.open(O_CREAT)``, ``os.write``, ``os.fsync``, ``os.rename``,
@@ -22,7 +23,9 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from tempomem.export import export_store, import_restore
 from tempomem.recall.index import MemoryIndex
+from tempomem.storage.consolidation import consolidate
 from tempomem.storage.fsio import exclusive_lock
 from tempomem.storage.intake import FailureCategory, Intake, admit_turn
 from tempomem.storage.intake_tidy import tidy
@@ -87,6 +90,16 @@ def scenario(root: Path, returned: Path) -> None:
     intake.retry(ids[1], now=now)
     curate(root, intake, ids[1], now)
     tidy(intake, now=now)
+    maintain(root)
+
+
+def maintain(root: Path) -> None:
+    """The operator's durable steps: a rebuild (generation switch), consolidation, an export and a
+    restore of it into a second store beside the first."""
+    MemoryIndex(root, None).rebuild()
+    consolidate(root)
+    archive = export_store(root, root.parent / "backup.tar.gz").path
+    import_restore(root.parent / "restored", archive)
 
 
 def install(kill_at: int) -> list[int]:
