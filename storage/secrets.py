@@ -23,7 +23,7 @@ _TOKENS = [
     r"\bsk-ant-(?:api|admin)\d{2}-[A-Za-z0-9_-]{20,}",  # Anthropic
     r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}",  # OpenAI (and sk- keys of its clones)
     r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe
-    r"\bgh[pousr]_[A-Za-z0-9]{30,}",  # GitHub tokens
+    r"\bgh[pousr]_[A-Za-z0-9]{36,}",  # GitHub tokens (36 characters after the prefix)
     r"\bgithub_pat_[A-Za-z0-9_]{22,}",  # GitHub fine-grained PAT
     r"\bglpat-[A-Za-z0-9_-]{20,}",  # GitLab
     r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack tokens
