@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import os
 import tempfile
 import time
 from datetime import timedelta
@@ -48,7 +49,11 @@ from tempomem.workflows.capture import CaptureWorkflow
 from tempomem.workflows.common import PROJECT, ProjectionResult, RecordRef
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 
-DEFAULT_FILE = Path("/work/shared/data/locomo/locomo-dev.json")
+# $TEMPOMEM_LOCOMO, else ../shared/data/locomo/ beside the repository (never a machine path)
+DEFAULT_FILE = Path(
+    os.environ.get("TEMPOMEM_LOCOMO")
+    or Path(__file__).resolve().parents[1].parent / "shared/data/locomo/locomo-dev.json"
+)
 
 
 class BenchProjection:

@@ -31,6 +31,7 @@ import importlib.metadata
 import importlib.util
 import json
 import math
+import os
 import re
 import statistics
 import sys
@@ -56,7 +57,8 @@ from tempomem.recall.search import Candidate, rank  # noqa: E402
 from tempomem.storage.limits import DELIBERATE_SUPERSET  # noqa: E402
 from tempomem.storage.markdown import Bullet, append_bullets  # noqa: E402
 
-DEFAULT_FILE = Path("/work/shared/data/locomo/locomo-dev.json")
+# $TEMPOMEM_LOCOMO, else ../shared/data/locomo/ beside the repository (never a machine path)
+DEFAULT_FILE = Path(os.environ.get("TEMPOMEM_LOCOMO") or ROOT.parent / "shared/data/locomo/locomo-dev.json")
 RELATIVE_FILE = ROOT / ".." / "shared" / "data" / "locomo" / "locomo-dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 CACHE_DIR = ROOT / "bench" / ".cache"

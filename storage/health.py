@@ -14,6 +14,7 @@ from tempomem.storage import replay_projection
 from tempomem.storage.intake import Intake, IntakeError, RecordState
 from tempomem.storage.intake_tidy import (
     check_record,
+    foreign_files,
     intake_folders,
     interrupted_resolves,
     leftover_temp_files,
@@ -106,6 +107,7 @@ def _leftovers(intake: Intake) -> list[str]:
     out = [f"leftover temp file: {p.relative_to(intake.root)}" for p in leftover_temp_files(intake)]
     out += [f"interrupted resolve: {i}" for i in interrupted_resolves(intake)]
     out += [f"orphan file: {p.relative_to(intake.root)}" for p in orphan_side_files(intake)]
+    out += [f"foreign file: {p.relative_to(intake.root)}" for p in foreign_files(intake)]
     out += [f"quarantined {q.id}: {q.reason}" for q in list_quarantined(intake)]
     return out
 

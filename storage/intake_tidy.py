@@ -166,6 +166,23 @@ def interrupted_resolves(intake: Intake) -> list[str]:
     return sorted(found)
 
 
+_RECEIPT = re.compile(r"^[0-9a-f]{64}\.receipt\.json$")
+
+
+def foreign_files(intake: Intake) -> list[Path]:
+    """Files in the record folders that tempomem never writes there (reported, never read or moved)."""
+    found = []
+    for folder in (intake.pending_dir, intake.dead_dir):
+        found += [
+            folder / n
+            for n in _names(folder)
+            if not (_RECORD.match(n) or _SIDE_FILE.match(n) or _TEMP.match(n))
+        ]
+    folder = intake.resolved_dir
+    found += [folder / n for n in _names(folder) if not (_RECEIPT.match(n) or _TEMP.match(n))]
+    return sorted(found)
+
+
 def orphan_side_files(intake: Intake) -> list[Path]:
     """State or plan files whose payload is gone (and that no receipt explains)."""
     found = []

@@ -45,9 +45,10 @@ from tempomem.workflows.backfill import PROGRESS_QUERY, SOURCE_FORMATS, Backfill
 from tempomem.workflows.capture import CaptureWorkflow
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 from tests.conftest import make_store
+from tests.helpers.locomo import locomo_file, require_locomo
 from tests.test_capture_flow import _payload_data
 
-LOCOMO = Path("/work/shared/data/locomo/locomo-dev.json")
+LOCOMO = locomo_file()
 T0 = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
 SECRET = "Zanzibar-Quokka"
 
@@ -131,11 +132,13 @@ def test_jsonl_lines_are_validated_fully_and_reported_by_number(tmp_path: Path) 
     rest = read_jsonl(path, position=first.position, byte_offset=first.byte_offset, max_items=100)
     assert [i.line for i in first.items + rest.items] == [i.line for i in items]
     assert not first.eof and rest.eof
-    assert detect_format(path) == "jsonl" and detect_format(LOCOMO) == "locomo-turns"
+    assert detect_format(path) == "jsonl"
     assert FORMATS == SOURCE_FORMATS  # the CLI's copy (kept import-light) matches the workflow's
 
 
 def test_locomo_conversation_0_maps_every_turn_with_deterministic_run_ids() -> None:
+    require_locomo()
+    assert detect_format(LOCOMO) == "locomo-turns"
     raw = json.loads(LOCOMO.read_text(encoding="utf-8"))
     conv = raw[0]["conversation"]
     expected = sum(len(v) for k, v in conv.items() if re.fullmatch(r"session_\d+", k))
@@ -271,7 +274,7 @@ async def test_worker_stopped_mid_backfill_resumes_with_exactly_once_admission(
 
 
 async def test_locomo_backfill_of_two_sessions(client: Client, tmp_path: Path) -> None:
-    sample = json.loads(LOCOMO.read_text(encoding="utf-8"))[0]
+    sample = json.loads(require_locomo().read_text(encoding="utf-8"))[0]
     keep = ("speaker_a", "speaker_b", "session_1", "session_1_date_time", "session_2", "session_2_date_time")
     conversation = {k: sample["conversation"][k] for k in keep}
     src = tmp_path / "conv0.json"

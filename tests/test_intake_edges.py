@@ -177,3 +177,13 @@ def test_an_empty_answer_writes_no_bullet(tmp_path: Path) -> None:
     )
     assert (result.status, result.skip_reason) == (AdmissionStatus.SKIPPED, SkipReason.EMPTY_ANSWER)
     assert not (tmp_path / ".capture-intake").exists()
+
+
+def test_foreign_files_in_the_record_folders_are_reported_not_read(tmp_path: Path) -> None:
+    intake, rid = admitted(tmp_path)
+    (intake.pending_dir / "notes.txt").write_text("someone's notes")
+    (intake.resolved_dir / "copy.json").write_text("{}")
+    problems = audit(tmp_path, now=NOW).problems
+    assert "foreign file: .capture-intake/pending/notes.txt" in problems
+    assert "foreign file: .capture-intake/resolved/copy.json" in problems
+    assert intake.due_pending(now=NOW) == [rid]  # the good record keeps flowing

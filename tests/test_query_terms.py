@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import string
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -15,10 +14,8 @@ from hypothesis import strategies as st
 
 import tempomem.recall.fts as fts
 from tempomem.recall.index import MemoryIndex
+from tests.helpers.locomo import require_locomo
 from tests.test_recall_index import HashEmbedder, write_store
-
-LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo-dev.json"
-_ALT = Path("/work/shared/data/locomo/locomo-dev.json")
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +37,7 @@ def _duckdb_terms(con, query: str) -> list[str]:
 
 
 def _locomo_words() -> list[str]:
-    path = LOCOMO if LOCOMO.is_file() else _ALT
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = json.loads(require_locomo().read_text(encoding="utf-8"))
     words: set[str] = set()
 
     def walk(node: object) -> None:

@@ -15,11 +15,9 @@ from tempomem.storage.intake import Intake, admit_turn
 from tempomem.storage.projection import project
 from tempomem.storage.secrets import MARKER, redact
 from tempomem.storage.turn import CompletedTurn
+from tests.helpers.locomo import require_locomo
 
 REPO = Path(__file__).resolve().parents[1]
-LOCOMO = Path(
-    os.environ.get("TEMPOMEM_LOCOMO", REPO.parent / "shared" / "data" / "locomo" / "locomo-dev.json")
-)
 # Generated for this test in each vendor's layout; none is a real key.
 KEYS = [
     "sk-proj-Q2x9fJ3kL0pVb7nT1sYw4eRz8uIa6cHd5gMo",
@@ -103,11 +101,10 @@ def test_ordinary_text_is_left_alone(ordinary: str) -> None:
 
 
 def test_no_locomo_turn_is_redacted() -> None:
-    if not LOCOMO.exists():
-        pytest.skip(f"LoCoMo data not found at {LOCOMO} (set TEMPOMEM_LOCOMO)")
+    locomo = require_locomo()
     texts = [
         t["text"]
-        for sample in json.loads(LOCOMO.read_text())
+        for sample in json.loads(locomo.read_text())
         for key, value in sample["conversation"].items()
         if key.startswith("session_") and isinstance(value, list)
         for t in value
