@@ -199,7 +199,7 @@ def orphan_side_files(intake: Intake) -> list[Path]:
 
 def tidy(intake: Intake, *, now: datetime) -> TidyReport:
     """Repair what kills leave behind and quarantine what cannot be trusted (see the module docstring)."""
-    if not intake.base.exists():
+    if not intake.root.exists():
         return TidyReport()
     with intake.lock():
         temp = leftover_temp_files(intake)

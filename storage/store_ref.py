@@ -58,7 +58,7 @@ def store_id(root: Path) -> str:
     ensure_private_dir(root)
     legacy = any(os.path.lexists(root / name) for name in _STORE_CONTENT)
     new = path_store_id(root) if legacy else secrets.token_hex(8)
-    tmp = root / f".{STORE_ID_FILE}.tmp-{os.getpid()}"
+    tmp = root / f"{STORE_ID_FILE}.tmp-{os.getpid()}"  # the atomic_write temp form: tidy removes a leftover
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
     try:
         os.write(fd, f"{new}\n".encode("ascii"))

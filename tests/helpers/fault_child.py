@@ -1,6 +1,7 @@
 """Fault-injection fork server: runs the durable lifecycle of a tiny store and SIGKILLs itself at the Nth
 durable filesystem step (issue #13): the intake lifecycle, the Lite projection with its index, then a
-rebuild, consolidation, an export and a restore.
+rebuild, consolidation, an export and a restore; then a BuJo capture turn through its semantic commit
+(intent, Markdown, graph, sidecar, index, verify) and resolve.
 
 Usage: python -m tests.helpers.fault_child BASE
 
@@ -17,12 +18,16 @@ code, so each run costs milliseconds instead of an interpreter start.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from tempomem.activities.context import CaptureSettings, StoreContext
+from tempomem.activities.curation import CurationActivities
+from tempomem.activities.plan import PlanEntity, PlanMemory, PlanRelation, RetainedPlan, entity_id
 from tempomem.export import export_store, import_restore
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage.consolidation import consolidate
@@ -32,6 +37,7 @@ from tempomem.storage.intake_tidy import tidy
 from tempomem.storage.projection import project
 from tempomem.storage.store_ref import STORE_LOCK
 from tempomem.storage.turn import AdmissionResult, CompletedTurn
+from tempomem.workflows.common import CurationInput
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 HOOKED = ("open", "write", "fsync", "rename", "replace", "unlink", "mkdir", "rmdir")
@@ -77,10 +83,7 @@ def scenario(root: Path, returned: Path) -> None:
         result = admit_lite(intake, turn)
         assert result.intake_id is not None
         ids.append(result.intake_id)
-        fd = _raw["open"](returned, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        _raw["write"](fd, (result.intake_id + "\n").encode())
-        _raw["fsync"](fd)
-        os.close(fd)
+        note_returned(returned, result.intake_id)
     now = T0 + timedelta(hours=1)
     curate(root, intake, ids[0], now)
     intake.begin_attempt(ids[1], now=now)
@@ -91,6 +94,59 @@ def scenario(root: Path, returned: Path) -> None:
     curate(root, intake, ids[1], now)
     tidy(intake, now=now)
     maintain(root)
+    ctx = bujo_context(root.parent / "bujo")
+    admitted = admit_turn(ctx.intake, BUJO_TURN, tier="bujo", write_mode="capture", capture_cron=None,
+                          capture_webhook=None)  # fmt: skip
+    assert admitted.intake_id is not None
+    note_returned(returned, admitted.intake_id)
+    capture_bujo(ctx, admitted.intake_id, now)
+
+
+def bujo_context(root: Path) -> StoreContext:
+    """A BuJo capture store whose plan needs no model call: every memory is novel (no existing lines),
+    so reconciliation decides ADD by itself and the model endpoint is never contacted."""
+    settings = CaptureSettings("ollama", "unused", "http://127.0.0.1:9")
+    return StoreContext(root=root, tier="bujo", write_mode="capture", task_queue="fault", capture=settings)
+
+
+BUJO_TURN = CompletedTurn(
+    run_id="fault-bujo-1",
+    conversation_id="web:fault",
+    speaker_kind="human-turn",
+    user_text="My sister Ana moved to Lisbon last spring.",
+    final_answer="Noted: Ana lives in Lisbon now.",
+    admitted_at=T0 + timedelta(minutes=9),
+)
+
+
+def bujo_plan() -> RetainedPlan:
+    ana, lisbon = entity_id("person", "Ana"), entity_id("place", "Lisbon")
+    return RetainedPlan(
+        memories=(
+            PlanMemory(index=0, text="Ana, the user's sister, lives in Lisbon.", kind="fact", source="user",
+                       salience=0.9, entities=(ana, lisbon)),
+            PlanMemory(index=1, text="Ana moved last spring.", kind="fact", source="user", salience=0.7,
+                       entities=(ana,)),
+        ),
+        entities=(
+            PlanEntity(id=ana, name="Ana", type="person"),
+            PlanEntity(id=lisbon, name="Lisbon", type="place"),
+        ),
+        relations=(PlanRelation(from_id=ana, relation="lives_in", to_id=lisbon),),
+        reviewed=True,
+    )  # fmt: skip
+
+
+def capture_bujo(ctx: StoreContext, record_id: str, now: datetime) -> None:
+    """What a BuJo capture workflow does after admission: attempt, projection (audit), the retained plan
+    (what extraction and review would keep), reconciliation with the semantic commit, resolve."""
+    ctx.intake.begin_attempt(record_id, now=now)
+    project(ctx.root, ctx.intake.load_payload(record_id))
+    if ctx.intake.load_plan(record_id) is None:
+        ctx.intake.save_plan(record_id, bujo_plan().to_bytes(), now=now)
+    curation = CurationInput(record_id, ctx.store_id, final_attempt=False)
+    asyncio.run(CurationActivities(ctx).reconcile(curation))
+    ctx.intake.resolve(record_id, outcome="success", now=now)
 
 
 def maintain(root: Path) -> None:
@@ -100,6 +156,14 @@ def maintain(root: Path) -> None:
     consolidate(root)
     archive = export_store(root, root.parent / "backup.tar.gz").path
     import_restore(root.parent / "restored", archive)
+
+
+def note_returned(returned: Path, record_id: str) -> None:
+    """Remember an id admission returned (uncounted: the checker's own bookkeeping)."""
+    fd = _raw["open"](returned, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    _raw["write"](fd, (record_id + "\n").encode())
+    _raw["fsync"](fd)
+    os.close(fd)
 
 
 def install(kill_at: int) -> list[int]:
