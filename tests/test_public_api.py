@@ -10,11 +10,14 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client, Interceptor, OutboundInterceptor, StartWorkflowInput
+from temporalio.converter import PayloadCodec
 
 import tempomem
 from tempomem import CompletedTurn, MemoryStore, StoreClosedError, load_config
@@ -267,22 +270,70 @@ async def test_the_host_and_worker_example_runs(client: Client, tmp_path: Path) 
     assert again.stdout.startswith("admitted: duplicate")
 
 
-async def test_a_teams_own_worker_registers_tempomem_on_its_client(client: Client, tmp_path: Path) -> None:
-    """store_worker_parts: the workflows and activities, on a client and Worker the team builds."""
-    import concurrent.futures
+class TeamCodec(PayloadCodec):
+    """A team's own payload codec (here: a marker prefix), to prove tempomem runs on their converter."""
 
+    PREFIX = b"team:"
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [
+            Payload(metadata={"encoding": b"team/v1"}, data=self.PREFIX + p.SerializeToString())
+            for p in payloads
+        ]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        out = []
+        for p in payloads:
+            assert p.metadata.get("encoding") == b"team/v1" and p.data.startswith(self.PREFIX)
+            decoded = Payload()
+            decoded.ParseFromString(p.data[len(self.PREFIX) :])
+            out.append(decoded)
+        return out
+
+
+class CountingInterceptor(Interceptor):
+    """A team's client interceptor: counts the workflows started through its client."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        outer = self
+
+        class Counting(OutboundInterceptor):
+            async def start_workflow(self, input: StartWorkflowInput):  # type: ignore[no-untyped-def]
+                outer.started.append(input.id)
+                return await super().start_workflow(input)
+
+        return Counting(next)
+
+
+async def test_a_teams_own_worker_registers_tempomem_on_its_client(client: Client, tmp_path: Path) -> None:
+    """store_worker_parts: tempomem's workflows and activities on a client the test creates, with its own
+    interceptor and data converter (codec included), and a Worker the team builds."""
+    import concurrent.futures
+    import dataclasses
+
+    from temporalio.converter import DataConverter
     from temporalio.worker import Worker
 
     from tempomem.worker import store_worker_parts
 
+    counting = CountingInterceptor()
+    team_client = await Client.connect(
+        client.service_client.config.target_host,
+        namespace=client.namespace,
+        interceptors=[counting],
+        data_converter=dataclasses.replace(DataConverter.default, payload_codec=TeamCodec()),
+    )
     store = MemoryStore(
         load_config_data(
             {"memory": {"mode": "lite", "writeMode": "append-host-summary", "path": str(tmp_path / "m")}}
         ),
-        client=client,
+        client=team_client,
         first_delay_seconds=1,
     )
-    parts = store_worker_parts(store, client)
+    parts = store_worker_parts(store, team_client)
     assert {w.__name__ for w in parts.workflows} >= {"CaptureWorkflow", "IntakeSweepWorkflow"}
     result = await store.persist_completed_turn(
         CompletedTurn(
@@ -294,9 +345,10 @@ async def test_a_teams_own_worker_registers_tempomem_on_its_client(client: Clien
             admitted_at=datetime(2026, 12, 1, tzinfo=UTC),
         )
     )
+    assert counting.started == [result.workflow_id]  # the start went through the team's interceptor
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         async with Worker(
-            client,
+            team_client,
             task_queue=parts.task_queue,
             workflows=parts.workflows,
             activities=parts.activities,
@@ -305,3 +357,11 @@ async def test_a_teams_own_worker_registers_tempomem_on_its_client(client: Clien
         ):
             assert str(await store.wait_until_curated(result.intake_id, timeout=60)) == "resolved"
     assert "fern" in store.search("office plant")[0].text
+    history = await client.get_workflow_handle(result.workflow_id).fetch_history()
+    encodings = {
+        p.metadata.get("encoding")
+        for e in history.events
+        if e.HasField("workflow_execution_started_event_attributes")
+        for p in e.workflow_execution_started_event_attributes.input.payloads
+    }
+    assert encodings == {b"team/v1"}  # the input was encoded by the team's codec
