@@ -67,8 +67,14 @@ def test_the_wheel_installs_beside_a_project_with_its_own_workflows_and_activiti
             check=True,
         ).stdout.strip()
     )
-    with zipfile.ZipFile(wheel) as zf:  # what pip does for a pure wheel: unpack into site-packages
-        zf.extractall(site)
+    installed = subprocess.run(  # pip installs the wheel itself (its dependencies come from below)
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    assert (site / "tempomem" / "workflows" / "capture.py").is_file() and not (site / "workflows").exists()
     # tempomem's dependencies come from the test environment (appended after the scratch site-packages,
     # so the editable tempomem there is not seen: .pth files of an appended folder are not run).
     (site / "zz_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
