@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import gc
 import os
 import threading
 import time
@@ -308,3 +309,6 @@ def _close_all() -> None:
         for con in closing:
             with contextlib.suppress(Exception):
                 con.close()
+    # Free unreachable DuckDB objects (results, relations in reference cycles) while the interpreter is
+    # whole: a database destroyed later, during finalisation, can abort the process (std::terminate).
+    gc.collect()

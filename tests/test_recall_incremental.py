@@ -149,6 +149,11 @@ idx = MemoryIndex(Path(sys.argv[1]), HashEmbedder())
 for _ in range(3):  # each search must get in again past the writer's loop
     hits = idx.search("lighthouse keeper", limit=3)
 print(hits[0].id if hits else "-", round(time.monotonic() - t, 3), flush=True)
+# This test is about getting in past another process's writer. Native libraries' teardown at interpreter
+# exit aborted this child now and then (SIGABRT after its output, ~1 full CI run in 4); that is tracked
+# on its own (#13), so the child leaves without finalisation once its searches are done.
+import os
+os._exit(0)
 """
 
 
