@@ -52,6 +52,7 @@ from tempomem.storage.limits import (
     MAX_RESOLVED_RECEIPTS,
     RUN_ID_HASH_HEX_LEN,
 )
+from tempomem.storage.store_ref import store_id
 from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT, TurnArchive
 
@@ -321,6 +322,10 @@ class Intake:
     # -- layout -------------------------------------------------------------------------------------
     def ensure_layout(self) -> None:
         try:
+            if not self.base.exists():
+                # A new store is named before its first record, so it never looks like one from before
+                # ids were written (storage.store_ref).
+                store_id(self.root)
             ensure_private_dir(self.root)
             for folder in (self.base, self.pending_dir, self.dead_dir, self.resolved_dir):
                 ensure_private_dir(folder, strict=True)

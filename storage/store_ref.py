@@ -83,6 +83,6 @@ def is_path_named(root: Path, sid: str) -> bool:
     return sid == path_store_id(root)
 
 
-def task_queue(root: Path) -> str:
-    """One task queue per memory root, so one worker host owns each store (ARCHITECTURE.md §5)."""
-    return f"tempomem-{store_id(root)}"
+def task_queue_name(sid: str) -> str:
+    """One task queue per store, so one worker host owns each store (ARCHITECTURE.md §5)."""
+    return f"tempomem-{sid}"

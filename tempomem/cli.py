@@ -541,13 +541,12 @@ def _stdout_gone() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     from tempomem.activities.llm import ModelNotConfigured
     from tempomem.codec import CodecError
-    from tempomem.config import ConfigError
+    from tempomem.config import ConfigError, SecretMissingError
     from tempomem.connect import TemporalConnectError
     from tempomem.devserver import DevServerError
     from tempomem.storage.fence import AgentRunningError
     from tempomem.storage.intake import RetainedPlanError
     from tempomem.storage.replay_projection import SidecarError
-    from tempomem.store import SecretMissingError
 
     args = build_parser().parse_args(argv)
     try:

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -724,6 +726,23 @@ def load_config_file(path: Path) -> TempomemConfig:
         raise ConfigError(duplicates + violations)
     cfg._source_dir = path.resolve().parent
     return cfg
+
+
+class SecretMissingError(ValueError):
+    """A config names an environment variable for a key, and it is unset (names the key, not a value)."""
+
+
+def secret(
+    inline: str | None, env_name: str | None, where: str, *, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """A key from the environment variable a config names (``where`` is its key path), else the inline
+    value. Read at use, kept in memory only."""
+    if env_name is None:
+        return inline
+    found = (os.environ if environ is None else environ).get(env_name)
+    if not found:
+        raise SecretMissingError(f"{where}: environment variable {env_name} is unset")
+    return found
 
 
 def load_config(path: str | Path) -> TempomemConfig:

@@ -48,6 +48,8 @@ def connect_options(
     from temporalio.envconfig import ClientConfigProfile
     from temporalio.service import TLSConfig
 
+    from tempomem.config import SecretMissingError, secret
+
     t = config.temporal
     env = os.environ if environ is None else environ
     base_dir = base_dir if base_dir is not None else config.source_dir
@@ -63,14 +65,12 @@ def connect_options(
         options["target_host"] = t.address
     if "namespace" in explicit:
         options["namespace"] = t.namespace
-    if t.api_key_env is not None:
-        key = env.get(t.api_key_env)
-        if not key:
-            raise TemporalConnectError(f"temporal.apiKeyEnv: environment variable {t.api_key_env} is unset")
+    try:
+        key = secret(t.api_key, t.api_key_env, "temporal.apiKeyEnv", environ=env)
+    except SecretMissingError as exc:
+        raise TemporalConnectError(str(exc)) from None
+    if key is not None:
         options["api_key"] = key
-        options.setdefault("tls", True)
-    elif t.api_key is not None:
-        options["api_key"] = t.api_key
         options.setdefault("tls", True)
     if "tls" in explicit:
         if isinstance(t.tls, bool):

@@ -42,7 +42,6 @@ from mcp.types import (
     ToolAnnotations,
 )
 
-from tempomem.recall.graph_read import GraphReader
 from tempomem.recall.journal import JournalSession
 from tempomem.recall.tools import (
     DEGRADED_TEXT,
@@ -52,7 +51,6 @@ from tempomem.recall.tools import (
     RecallInputError,
     RecallResult,
     memory_journal,
-    memory_recall,
     memory_recall_description,
 )
 from tempomem.storage.remember import RememberRejected, remember
@@ -268,7 +266,6 @@ class MemoryTools:
             )
             if on
         )
-        self._index: MemoryIndex | None = None
         self._lock = anyio.Lock()
 
     # -- listing ------------------------------------------------------------------------------------
@@ -302,11 +299,7 @@ class MemoryTools:
     # -- calling ------------------------------------------------------------------------------------
     @property
     def index(self) -> MemoryIndex:
-        if self._index is None:
-            from tempomem.recall.index import MemoryIndex
-
-            self._index = MemoryIndex(self.store.root, self.store.embedder)
-        return self._index
+        return self.store.index
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None, conn: _Connection) -> CallToolResult:
         if name not in self.enabled:
@@ -340,26 +333,14 @@ class MemoryTools:
             return await anyio.to_thread.run_sync(fn)
 
     def _recall(self, args: dict[str, Any]) -> CallToolResult:
-        memory = self.store.config.memory
         try:
-            superseded_ids: set[str] | None = None
-            if self.tier == "bujo":
-                from tempomem.storage.replay_projection import superseded
-
-                superseded_ids = set(superseded(self.store.root))
-            result = memory_recall(
-                self.index,
-                query=args.get("query"),
+            result = self.store.recall_sync(
+                args.get("query"),
                 use_original_query=bool(args.get("useOriginalQuery", False)),
                 original_hits=None,  # a standalone server owns no bound automatic lookup (REC-12)
                 kind=args.get("kind"),
                 about=args.get("about"),
                 limit=args.get("limit", RECALL_LIMIT_DEFAULT),
-                run_history_available=False,
-                superseded_ids=superseded_ids,
-                intent_expiry=bool(memory.recall and memory.recall.intent_expiry and self.tier == "bujo"),
-                # GRAPH-09: only BuJo keeps an entity graph; Lite/Journal never expand.
-                graph=GraphReader(self.store.root) if self.tier == "bujo" else None,
             )
         except RecallInputError as exc:
             raise ToolError(exc.code, str(exc)) from None

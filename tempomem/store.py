@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tempomem.activities.context import CaptureSettings, StoreContext
-from tempomem.config import TempomemConfig
-from tempomem.storage.admission_rules import skip_reason
+from tempomem.config import TempomemConfig, secret
 from tempomem.storage.intake import Intake, RecordState, admit_turn
 from tempomem.storage.limits import AUTO_CONTEXT_MAX_BYTES
 from tempomem.storage.snapshot import Sink, SnapshotPublisher
-from tempomem.storage.store_ref import is_path_named, store_id
+from tempomem.storage.store_ref import is_path_named, store_id, task_queue_name
 from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
 from tempomem.workflows.common import capture_workflow_id
@@ -36,7 +34,7 @@ if TYPE_CHECKING:
     from tempomem.activities.llm import HostModelClient
     from tempomem.recall.auto_block import AutoLookup
     from tempomem.recall.embedding import EmbeddingProvider
-    from tempomem.recall.index import Hit, RebuildReport
+    from tempomem.recall.index import Hit, MemoryIndex, RebuildReport
     from tempomem.recall.journal import JournalResult
     from tempomem.recall.tools import RecallResult
     from tempomem.storage.remember import RememberResult
@@ -71,19 +69,6 @@ def embedder_for(config: TempomemConfig) -> EmbeddingProvider | None:
     return make_embedder(emb.provider, emb.effective_model, emb.effective_dim, emb.effective_endpoint)
 
 
-class SecretMissingError(ValueError):
-    """A config names an environment variable for a key, and it is unset (names the key, not a value)."""
-
-
-def _secret(value: str | None, env_name: str | None, where: str) -> str | None:
-    if env_name is None:
-        return value
-    found = os.environ.get(env_name)
-    if not found:
-        raise SecretMissingError(f"{where}: environment variable {env_name} is unset")
-    return found
-
-
 def capture_settings(
     config: TempomemConfig, host_client: HostModelClient | None = None
 ) -> CaptureSettings | None:
@@ -98,7 +83,7 @@ def capture_settings(
     registry = config.agent_host.providers if config.agent_host else {}
     providers = {
         name: ProviderEndpoint(
-            p.endpoint, _secret(p.api_key, p.api_key_env, f"agentHost.providers.{name}.apiKeyEnv")
+            p.endpoint, secret(p.api_key, p.api_key_env, f"agentHost.providers.{name}.apiKeyEnv")
         )
         for name, p in registry.items()
     }
@@ -107,7 +92,7 @@ def capture_settings(
         llm_model=memory.llm.model,
         llm_endpoint=memory.llm.effective_endpoint,
         timeout_ms=memory.llm.timeout_ms,
-        llm_api_key=_secret(memory.llm.api_key, memory.llm.api_key_env, "memory.llm.apiKeyEnv"),
+        llm_api_key=secret(memory.llm.api_key, memory.llm.api_key_env, "memory.llm.apiKeyEnv"),
         providers=providers,
         host_client=host_client,
         reconcile_model=capture.reconcile_model if capture else None,
@@ -147,6 +132,7 @@ class MemoryStore:
         self._client = client
         self._start_blocked_until = 0.0
         self._embedder: EmbeddingProvider | None = None
+        self._index: MemoryIndex | None = None
         self._journal_session: Any = None
         # llm.provider "agent-host": the host's own model client, used by this store's worker (HOST-03)
         self.host_model = host_model
@@ -161,7 +147,7 @@ class MemoryStore:
 
     @property
     def task_queue(self) -> str:
-        return self.config.temporal.task_queue or f"tempomem-{self.store_id}"
+        return self.config.temporal.task_queue or task_queue_name(self.store_id)
 
     def workflow_id(self, intake_id: str) -> str:
         """The CaptureWorkflow id of one of this store's intake records."""
@@ -179,14 +165,6 @@ class MemoryStore:
             raise TypeError(f"turn must be a CompletedTurn, not {type(turn).__name__}")
         memory = self.config.memory
         capture = memory.capture
-        skipped = skip_reason(
-            turn,
-            write_mode=memory.write_mode,
-            capture_cron=capture.cron if capture else None,
-            capture_webhook=capture.webhook if capture else None,
-        )
-        if skipped is None:
-            _ = self.store_id  # a new store's id is written before its first record (not path-named)
         result = admit_turn(
             self.intake,
             turn,
@@ -299,14 +277,22 @@ class MemoryStore:
             self._embedder = embedder_for(self.config)
         return self._embedder
 
+    @property
+    def index(self) -> MemoryIndex:
+        """The store's search index (stateless beyond its root and embedder: safe to share by threads)."""
+        if self._index is None:
+            from tempomem.recall.index import MemoryIndex
+
+            self._index = MemoryIndex(self.root, self.embedder)
+        return self._index
+
     def search(self, query: str, *, limit: int = 8) -> list[Hit]:
         """Raw hybrid hits (scores, ranks, text), unshaped; for the model-facing result use ``recall``."""
-        from tempomem.recall.index import MemoryIndex
 
         self._check_open()
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, not {type(query).__name__}")
-        return MemoryIndex(self.root, self.embedder).search(query, limit=limit)
+        return self.index.search(query, limit=limit)
 
     def _superseded_ids(self) -> set[str] | None:
         if self.config.memory.mode != "bujo":
@@ -335,13 +321,12 @@ class MemoryStore:
         gives ``degraded=True`` and no hits (REC-19), never a raw error.
         """
         from tempomem.recall.graph_read import GraphReader
-        from tempomem.recall.index import MemoryIndex
         from tempomem.recall.tools import memory_recall
 
         self._check_open()
         bujo = self.config.memory.mode == "bujo"
         return memory_recall(
-            MemoryIndex(self.root, self.embedder),
+            self.index,
             query=query,
             use_original_query=use_original_query,
             original_hits=original_hits,
@@ -436,14 +421,13 @@ class MemoryStore:
         """
         from tempomem.recall.auto_block import BackgroundScopes, TurnGate, automatic_lookup
         from tempomem.recall.graph_read import GraphReader
-        from tempomem.recall.index import MemoryIndex
         from tempomem.recall.tools import host_zone
 
         self._check_open()
         if not isinstance(turn_text, str):
             raise TypeError(f"turn_text must be a str, not {type(turn_text).__name__}")
         lookup: AutoLookup = automatic_lookup(
-            MemoryIndex(self.root, self.embedder),
+            self.index,
             turn_text,
             now=datetime.now(UTC),
             tz=host_zone(),
@@ -494,7 +478,6 @@ class MemoryStore:
         reason code, nothing written) for credentials, unsafe text, tier restrictions, unknown targets or
         when ``memory.rememberTool.enabled`` is false (REM-03).
         """
-        from tempomem.recall.index import MemoryIndex
         from tempomem.storage.remember import RememberRejected, remember
 
         self._check_open()
@@ -509,7 +492,7 @@ class MemoryStore:
             about=about,
             supersedes=supersedes,
             replaceable=replaceable,
-            index=MemoryIndex(self.root, self.embedder),
+            index=self.index,
         )
 
     async def remember_async(
@@ -534,7 +517,6 @@ class MemoryStore:
     def rebuild(self, *, force: bool = False) -> RebuildReport:
         """A new index generation from canonical Markdown (``RebuildShrinkError`` when it would drop
         most memories, unless ``force``)."""
-        from tempomem.recall.index import MemoryIndex
 
         self._check_open()
-        return MemoryIndex(self.root, self.embedder).rebuild(force=force)
+        return self.index.rebuild(force=force)

@@ -19,8 +19,8 @@ from temporalio.client import Client
 from tempomem import MemoryStore, load_config
 from tempomem.activities.context import CaptureSettings
 from tempomem.activities.llm import ChatMessage, ModelNotConfigured, chat_model_for
-from tempomem.config import load_config_data
-from tempomem.store import SecretMissingError, capture_settings
+from tempomem.config import SecretMissingError, load_config_data
+from tempomem.store import capture_settings
 from tempomem.worker import run_worker
 from tests.conftest import running_worker
 from tests.scripted_model import OLLAMA_PATH, OPENAI_PATH, ScriptedModelServer
