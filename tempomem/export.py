@@ -681,11 +681,13 @@ def _check_commitments(root: Path, pairs: list[tuple[str, str]]) -> list[tuple[s
     if not pairs:
         return []
     intake = Intake(root)
-    with intake.lock():
-        try:
-            known = dict(intake.ledger.entries(intake.has_receipt))
-        except LedgerIntegrityError as exc:
-            raise ArchiveError(f"the store's ledger fails its integrity check: {exc}") from None
+    known: dict[str, str] = {}
+    if intake.base.exists():  # a check creates nothing: a refused import leaves the store untouched
+        with intake.lock():
+            try:
+                known = dict(intake.ledger.entries(intake.has_receipt))
+            except LedgerIntegrityError as exc:
+                raise ArchiveError(f"the store's ledger fails its integrity check: {exc}") from None
     conflicts = [a for a, b in pairs if a in known and known[a] != b]
     if conflicts:
         raise ImportConflictError(
