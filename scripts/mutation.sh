@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Mutation testing of the durability core (issue #13): mutmut 3 over storage/ and the commit path in
+# activities/ (projection, intake bookkeeping, adoption, the semantic commit in curation).
+#
+#   bash scripts/mutation.sh            # run (or resume) and print the kill rate
+#   bash scripts/mutation.sh report     # the kill rate of the last run, per file
+#   bash scripts/mutation.sh results    # mutmut's own list of survivors
+#   bash scripts/mutation.sh show NAME  # the diff of one mutant
+#
+# mutmut names a mutant by the module path of its file, so it needs the package's import names on disk.
+# The repository maps storage/, recall/, activities/ and workflows/ under tempomem at install time
+# (pyproject package-dir); this script assembles that tree as src/tempomem/ in a scratch directory
+# (.mutation/, or $TEMPOMEM_MUTATION_DIR) with a copy of tests/, and runs mutmut there. Each mutant runs
+# the Temporal-free tests that reach the mutated function (tests/mutation_selection.txt); the run is not
+# part of CI (about an hour on 2 cores). Not a place to edit: the scratch tree is rebuilt from the
+# repository when the sources differ.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+work="${TEMPOMEM_MUTATION_DIR:-$root/.mutation}"
+py="$root/.venv/bin/python"
+if ! "$py" -c "import mutmut" 2>/dev/null; then
+  "$py" -m pip install -q -c "$root/constraints.txt" -e "$root[mutation]"
+fi
+
+assemble() {
+  local stage
+  stage="$(mktemp -d)"
+  mkdir -p "$stage/src"
+  cp -r "$root/tempomem" "$stage/src/tempomem"
+  for d in storage recall activities workflows; do cp -r "$root/$d" "$stage/src/tempomem/$d"; done
+  cp -r "$root/tests" "$stage/tests"
+  rm -f "$stage/tests/mutation_equivalent.txt"
+  find "$stage" -name __pycache__ -prune -exec rm -rf {} +
+  "$py" - "$root/pyproject.toml" "$root/tests/mutation_selection.txt" > "$stage/pyproject.toml" <<'EOF'
+import sys, tomllib, json
+pp = tomllib.load(open(sys.argv[1], "rb"))
+tests = [t.strip() for t in open(sys.argv[2]) if t.strip() and not t.startswith("#")]
+mm = pp["tool"]["mutmut"]
+pt = pp["tool"]["pytest"]["ini_options"]
+def arr(xs):
+    return "[" + ", ".join(json.dumps(x) for x in xs) + "]"
+print("[tool.mutmut]")
+print('source_paths = ["src"]')
+print("only_mutate = " + arr(mm["only_mutate"]))
+print("do_not_mutate_patterns = " + arr(mm.get("do_not_mutate_patterns", [])))
+print("pytest_add_cli_args_test_selection = " + arr(tests))
+print("pytest_add_cli_args = " + arr(["-p", "no:cacheprovider", "-m", "not slow and not crash"]))
+print("[tool.pytest.ini_options]")
+for k, v in pt.items():
+    print(f"{k} = {arr(v) if isinstance(v, list) else json.dumps(v)}")
+EOF
+  # Keep mutmut's results when the sources are unchanged; start over when they differ.
+  if [ -d "$work/src" ] && diff -rq -x mutants -x __pycache__ -x 'mutmut-stats.json' "$stage/src" "$work/src" >/dev/null \
+      && diff -rq -x __pycache__ "$stage/tests" "$work/tests" >/dev/null && cmp -s "$stage/pyproject.toml" "$work/pyproject.toml"; then
+    rm -rf "$stage"
+    return
+  fi
+  rm -rf "$work"
+  mkdir -p "$(dirname "$work")"
+  mv "$stage" "$work"
+}
+
+cd "$root"
+case "${1:-run}" in
+  run)
+    assemble
+    cd "$work"
+    # Child processes that tests start (the crash helpers, concurrent readers) import the installed,
+    # unmutated package: mutmut's trampolines cannot read their configuration from another directory.
+    # A mutant on such a path is killed, or not, by what the parent process checks.
+    "$root/.venv/bin/mutmut" run --max-children "${TEMPOMEM_MUTATION_JOBS:-2}" || true
+    "$py" "$root/scripts/mutation_report.py" "$root" "$work"
+    ;;
+  report)
+    "$py" "$root/scripts/mutation_report.py" "$root" "$work"
+    ;;
+  results)
+    cd "$work" && "$root/.venv/bin/mutmut" results
+    ;;
+  show)
+    cd "$work" && "$root/.venv/bin/mutmut" show "$2"
+    ;;
+  *)
+    echo "usage: scripts/mutation.sh [run|report|results|show NAME]" >&2
+    exit 2
+    ;;
+esac

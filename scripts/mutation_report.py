@@ -1,0 +1,80 @@
+"""Kill rate of a mutmut run (scripts/mutation.sh): per file and in total, with the recorded equivalent
+mutants (tests/mutation_equivalent.txt: ``name  reason``) taken out of the denominator."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+KILLED = {
+    1: "killed",
+    3: "killed",
+    36: "timeout",
+    24: "timeout",
+    -24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    -11: "segfault",
+    -9: "segfault",
+    37: "type check",
+}
+
+
+def _rate(killed: int, checked: int) -> str:
+    return f"{killed / checked:6.1%}" if checked else "     -"
+
+
+def main(root: Path, work: Path) -> int:
+    equivalent_file = root / "tests" / "mutation_equivalent.txt"
+    equivalent = {}
+    if equivalent_file.exists():
+        for line in equivalent_file.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                name, _, reason = line.partition(" ")
+                equivalent[name] = reason.strip()
+    per_file: dict[str, Counter] = defaultdict(Counter)
+    survivors: list[str] = []
+    for meta in sorted((work / "mutants").rglob("*.py.meta")):
+        data = json.loads(meta.read_text())
+        rel = str(meta.relative_to(work / "mutants"))[: -len(".meta")]
+        for name, code in data.get("exit_code_by_key", {}).items():
+            if name in equivalent:
+                per_file[rel]["equivalent"] += 1
+            elif code in KILLED:
+                per_file[rel]["killed"] += 1
+            elif code is None:
+                per_file[rel]["not checked"] += 1
+            elif code in (5, 33):
+                per_file[rel]["no tests"] += 1
+                survivors.append(name)
+            elif code == 34:
+                per_file[rel]["skipped"] += 1
+            else:
+                per_file[rel]["survived"] += 1
+                survivors.append(name)
+    total: Counter = Counter()
+    print(f"{'file':58} {'mutants':>7} {'killed':>6} {'surv':>5} {'equiv':>5} {'rate':>6}")
+    for rel, c in sorted(per_file.items()):
+        total.update(c)
+        n = sum(c.values()) - c["equivalent"] - c["skipped"] - c["not checked"]
+        print(
+            f"{rel:58} {sum(c.values()):7} {c['killed']:6} {c['survived'] + c['no tests']:5} "
+            f"{c['equivalent']:5} {_rate(c['killed'], n)}"
+        )
+    n = sum(total.values()) - total["equivalent"] - total["skipped"] - total["not checked"]
+    print(
+        f"{'total':58} {sum(total.values()):7} {total['killed']:6} {total['survived'] + total['no tests']:5} "
+        f"{total['equivalent']:5} {_rate(total['killed'], n)}"
+    )
+    if total["not checked"]:
+        print(f"not checked yet: {total['not checked']}")
+    print(f"survivors ({len(survivors)}), see `bash scripts/mutation.sh show NAME`:")
+    for name in survivors:
+        print("  " + name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))

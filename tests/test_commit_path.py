@@ -1,0 +1,321 @@
+"""The BuJo semantic commit driven directly, without a Temporal server (RPL-06..RPL-08, CAP-49..CAP-65,
+PROV-08, AMB-28): what one reconciliation publishes in each canonical place, that a repeat publishes
+nothing more, the order of the commit boundaries (a stop after each leaves only states a reader may
+see), and which lines reconciliation is offered.
+
+The activity runs in the SDK's own ``ActivityEnvironment`` (heartbeats, no server) on a real store
+(Markdown, graph, sidecar, DuckDB/LanceDB index, real embedder). Plans carry their decisions, as a
+retained intent does after a crash (RPL-07), so no model is needed; the model-facing stages are
+covered by tests/test_capture_pipeline.py.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from tempomem.activities import curation
+from tempomem.activities.context import CaptureSettings, StoreContext
+from tempomem.activities.curation import CurationActivities, current_lines, plan_edges
+from tempomem.activities.plan import (
+    PlanDecision,
+    PlanEntity,
+    PlanMemory,
+    PlanRelation,
+    RetainedPlan,
+    entity_id,
+    fact_id,
+)
+from tempomem.recall.embedding import LocalMiniLMEmbedder
+from tempomem.recall.index import MemoryIndex
+from tempomem.storage import replay_projection
+from tempomem.storage.graph import load_graph
+from tempomem.storage.health import audit
+from tempomem.storage.intake import admit_turn
+from tempomem.storage.markdown import iter_bullets
+from tempomem.storage.turn import CompletedTurn
+from tempomem.workflows.common import CurationInput
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+ANA, LISBON = entity_id("person", "Ana"), entity_id("place", "Lisbon")
+CANONICAL = ("daily", "graph.jsonl", ".replay-projection-v1.json")
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return LocalMiniLMEmbedder()
+
+
+def context(root: Path, embedder) -> StoreContext:
+    # The endpoint is a closed port: any model call would fail the test loudly.
+    settings = CaptureSettings("ollama", "unused", "http://127.0.0.1:9")
+    return StoreContext(
+        root=root, tier="bujo", write_mode="capture", task_queue="t", capture=settings, embedder=embedder
+    )
+
+
+def admit(ctx: StoreContext, run_id: str, minutes: int, conversation: str = "web:c1") -> str:
+    turn = CompletedTurn(
+        run_id=run_id,
+        conversation_id=conversation,
+        speaker_kind="human-turn",
+        user_text=f"turn {run_id}",
+        final_answer="noted",
+        admitted_at=T0 + timedelta(minutes=minutes),
+    )
+    result = admit_turn(
+        ctx.intake, turn, tier="bujo", write_mode="capture", capture_cron=None, capture_webhook=None
+    )
+    assert result.intake_id is not None
+    return result.intake_id
+
+
+def mem(index: int, text: str, *entities: str, kind: str = "fact") -> PlanMemory:
+    return PlanMemory(
+        index=index, text=text, kind=kind, source="user", salience=0.9, entities=tuple(entities)
+    )
+
+
+def decide(index: int, action: str = "ADD", **kw: object) -> PlanDecision:
+    return PlanDecision(index=index, action=action, via="classifier", **kw)  # type: ignore[arg-type]
+
+
+async def reconcile(ctx: StoreContext, record: str, plan: RetainedPlan) -> None:
+    ctx.intake.begin_attempt(record, now=T0 + timedelta(hours=1))
+    if ctx.intake.load_plan(record) is None:
+        ctx.intake.save_plan(record, plan.to_bytes(), now=T0 + timedelta(hours=1))
+    await run_reconcile(ctx, record)
+
+
+async def run_reconcile(ctx: StoreContext, record: str) -> None:
+    inp = CurationInput(record, ctx.store_id, final_attempt=False)
+    await ActivityEnvironment().run(CurationActivities(ctx).reconcile, inp)
+
+
+def canonical(root: Path) -> dict[str, bytes]:
+    out = {}
+    for name in CANONICAL:
+        path = root / name
+        for f in sorted(path.rglob("*") if path.is_dir() else [path]):
+            if f.is_file():
+                out[str(f.relative_to(root))] = f.read_bytes()
+    return out
+
+
+def lines(root: Path) -> dict[str, object]:
+    return {b.id: b for _, b in iter_bullets(root, "daily")}
+
+
+def index_ids(root: Path) -> set[str]:
+    return {h.id for h in MemoryIndex(root, None).search("Ana Lisbon sister spring vegan", limit=50)}
+
+
+def two_facts_threaded(record: str) -> RetainedPlan:
+    """Two facts about Ana, the second threaded to the first, with one relation between two entities."""
+    return RetainedPlan(
+        memories=(
+            mem(0, "Ana, the user's sister, lives in Lisbon.", ANA, LISBON),
+            mem(1, "Ana moved last spring.", ANA),
+        ),
+        entities=(
+            PlanEntity(id=ANA, name="Ana", type="person"),
+            PlanEntity(id=LISBON, name="Lisbon", type="place"),
+        ),
+        relations=(PlanRelation(from_id=ANA, relation="lives_in", to_id=LISBON),),
+        reviewed=True,
+        decisions=(decide(0), decide(1, thread_to=fact_id(record, 0))),
+    )
+
+
+async def test_commit_publishes_each_place_once(tmp_path: Path, embedder) -> None:
+    ctx = context(tmp_path / "mem", embedder)
+    record = admit(ctx, "r1", 0)
+    await reconcile(ctx, record, two_facts_threaded(record))
+    first, second = fact_id(record, 0), fact_id(record, 1)
+
+    found = lines(ctx.root)
+    assert sorted(found) == sorted([first, second])
+    assert found[first].text == "Ana, the user's sister, lives in Lisbon."  # type: ignore[attr-defined]
+    assert found[first].entities == (ANA, LISBON)  # type: ignore[attr-defined]
+    # The graph links each entity to exactly the lines that name it; the relation to the lines naming both.
+    g = load_graph(ctx.root)
+    assert g.entities[ANA].memories == tuple(sorted([first, second]))
+    assert g.entities[LISBON].memories == (first,)
+    assert [(r.from_, r.relation, r.to, r.memories) for r in g.relations.values()] == [
+        (ANA, "lives_in", LISBON, (first,))
+    ]
+    # CAP-64: the thread edge is published in the sidecar, from the new note to what it continues.
+    assert replay_projection.threads(ctx.root) == {(second, first): 1}
+    assert replay_projection.superseded(ctx.root) == {}
+    assert index_ids(ctx.root) == {first, second}
+    plan = RetainedPlan.from_bytes(ctx.intake.load_plan(record) or b"")
+    assert plan.committed
+
+    # RPL-07: a repeated reconciliation (a retry after the commit) changes no byte and adds no row.
+    before = canonical(ctx.root)
+    await run_reconcile(ctx, record)
+    assert canonical(ctx.root) == before
+    assert index_ids(ctx.root) == {first, second}
+    report = audit(ctx.root, now=T0 + timedelta(hours=2))
+    assert (report.problems, report.mismatches) == ([], [])
+
+
+async def test_supersede_keeps_history_and_current_lines_offer_only_the_live(
+    tmp_path: Path, embedder
+) -> None:
+    ctx = context(tmp_path / "mem", embedder)
+    r1 = admit(ctx, "r1", 0)
+    await reconcile(
+        ctx,
+        r1,
+        RetainedPlan(
+            memories=(mem(0, "Ana is vegetarian.", ANA), mem(1, "Book the Lisbon flight.", kind="task")),
+            entities=(PlanEntity(id=ANA, name="Ana", type="person"),),
+            relations=(),
+            reviewed=True,
+            decisions=(decide(0), decide(1)),
+        ),
+    )
+    old, task = fact_id(r1, 0), fact_id(r1, 1)
+    assert {e.id for e in current_lines(ctx.root)} == {old, task}
+
+    r2 = admit(ctx, "r2", 5)
+    await reconcile(
+        ctx,
+        r2,
+        RetainedPlan(
+            memories=(mem(0, "Ana has become vegan.", ANA), mem(1, "The Lisbon trip is off.")),
+            entities=(PlanEntity(id=ANA, name="Ana", type="person"),),
+            relations=(),
+            reviewed=True,
+            decisions=(
+                decide(0, "SUPERSEDE", target_id=old, text="Ana is vegan."),
+                # CAP-65: superseding a task invalidates it; the replacement is a note.
+                decide(1, "SUPERSEDE", target_id=task, invalidate=task),
+            ),
+        ),
+    )
+    new, note = fact_id(r2, 0), fact_id(r2, 1)
+    found = lines(ctx.root)
+    # The old line stays as history, unchanged; the sidecar records who replaced it and when.
+    assert found[old].text == "Ana is vegetarian." and found[old].status != "invalidated"  # type: ignore[attr-defined]
+    assert found[new].text == "Ana is vegan."  # type: ignore[attr-defined]
+    assert found[task].status == "invalidated"  # type: ignore[attr-defined]
+    sup = replay_projection.superseded(ctx.root)
+    assert {k: v.new_id for k, v in sup.items()} == {old: new, task: note}
+    assert sup[old].at.startswith("2026-12-01T09:05:00")  # the replacing turn's admission instant
+    # AMB-28: reconciliation is offered neither superseded nor invalidated lines.
+    assert {e.id for e in current_lines(ctx.root)} == {new, note}
+
+
+async def test_update_rewrites_in_place_and_records_the_conversation(tmp_path: Path, embedder) -> None:
+    ctx = context(tmp_path / "mem", embedder)
+    r1 = admit(ctx, "r1", 0, conversation="web:first")
+    plan = RetainedPlan(
+        memories=(mem(0, "Ana lives in Porto.", ANA),),
+        entities=(PlanEntity(id=ANA, name="Ana", type="person"),),
+        relations=(),
+        reviewed=True,
+        decisions=(decide(0),),
+    )
+    await reconcile(ctx, r1, plan)
+    target = fact_id(r1, 0)
+    r2 = admit(ctx, "r2", 5, conversation="web:second")
+    await reconcile(
+        ctx,
+        r2,
+        plan.model_copy(
+            update={"decisions": (decide(0, "UPDATE", target_id=target, text="Ana lives in Lisbon."),)}
+        ),
+    )
+    found = lines(ctx.root)
+    assert list(found) == [target]  # an UPDATE adds no line
+    assert found[target].text == "Ana lives in Lisbon."  # type: ignore[attr-defined]
+    assert found[target].source_session == "web:second"  # type: ignore[attr-defined]  # PROV-08
+    hits = MemoryIndex(ctx.root, None).search("Lisbon", limit=5)
+    assert [h.id for h in hits] == [target]  # the index row follows the rewritten text
+    assert replay_projection.load(ctx.root).entries == ()  # no edge for an UPDATE
+
+
+def test_plan_edges_publish_supersession_and_threads_only() -> None:
+    class Payload:
+        admitted_at = "2026-12-01T09:00:00Z"
+
+    plan = RetainedPlan(
+        memories=tuple(mem(i, f"m{i}") for i in range(4)),
+        entities=(),
+        relations=(),
+        decisions=(
+            decide(0, "SUPERSEDE", target_id="c-old"),
+            decide(1, thread_to="c-task"),
+            decide(2, "UPDATE", target_id="c-x", thread_to="c-task"),
+            decide(3, "NOOP", thread_to="c-task"),
+        ),
+    )
+    edges = plan_edges("rec", Payload(), plan)  # type: ignore[arg-type]
+    assert [(e["kind"], e["from"], e["to"], e.get("weight")) for e in edges] == [
+        ("supersede", "c-old", fact_id("rec", 0), None),
+        ("thread", fact_id("rec", 1), "c-task", 1),
+    ]
+    assert all(e["at"] == "2026-12-01T09:00:00Z" and e["authority"]["kind"] == "capture" for e in edges)
+
+
+STEPS = ("markdown", "graph", "sidecar", "index")
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("step", STEPS)
+async def test_each_commit_boundary_leaves_a_readable_store_and_converges(
+    tmp_path: Path, embedder, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """RPL-06 order: Markdown (+ graph) → sidecar → index → verify. Stopped right after ``step``, the
+    store holds exactly the parts up to it: nothing derived names a line the Markdown lacks. The next
+    attempt converges on the bytes of an uninterrupted commit."""
+    # An earlier turn gives the index an active generation, so a search reads the index as it stands
+    # (a store without one would build it from the Markdown on the first search).
+    earlier = RetainedPlan(
+        memories=(mem(0, "Bo drinks green tea."),),
+        entities=(),
+        relations=(),
+        reviewed=True,
+        decisions=(decide(0),),
+    )
+    whole = context(tmp_path / "whole", embedder)
+    await reconcile(whole, admit(whole, "r0", 0), earlier)
+    rec = admit(whole, "r1", 1)
+    await reconcile(whole, rec, two_facts_threaded(rec))
+    expected = canonical(whole.root)
+
+    ctx = context(tmp_path / "mem", embedder)
+    await reconcile(ctx, admit(ctx, "r0", 0), earlier)
+    record = admit(ctx, "r1", 1)
+    assert record == rec
+    before = set(lines(ctx.root))
+
+    def stop_at(name: str) -> None:
+        if name == step:
+            raise Stop(name)
+
+    monkeypatch.setattr(curation, "commit_step", stop_at)
+    with pytest.raises(Stop):
+        await reconcile(ctx, record, two_facts_threaded(record))
+    done = STEPS[: STEPS.index(step) + 1]
+    ids = set(lines(ctx.root)) - before
+    assert ids == {fact_id(record, 0), fact_id(record, 1)}  # Markdown is always first
+    graph_ids = {m for e in load_graph(ctx.root).entities.values() for m in e.memories} - before
+    assert graph_ids == (ids if "graph" in done else set())
+    edges = replay_projection.load(ctx.root).entries
+    assert {x for e in edges for x in (e.from_, e.to)} == (ids if "sidecar" in done else set())
+    assert index_ids(ctx.root) - before == (ids if "index" in done else set())
+    assert not RetainedPlan.from_bytes(ctx.intake.load_plan(record) or b"").committed
+
+    monkeypatch.setattr(curation, "commit_step", lambda name: None)
+    await run_reconcile(ctx, record)
+    assert canonical(ctx.root) == expected
+    assert index_ids(ctx.root) - before == ids
