@@ -44,7 +44,8 @@ print('source_paths = ["src"]')
 print("only_mutate = " + arr(mm["only_mutate"]))
 print("do_not_mutate_patterns = " + arr(mm.get("do_not_mutate_patterns", [])))
 print("pytest_add_cli_args_test_selection = " + arr(tests))
-print("pytest_add_cli_args = " + arr(["-p", "no:cacheprovider", "-m", "not slow and not crash"]))
+print("pytest_add_cli_args = " + arr(["-p", "no:cacheprovider", "-m", "not slow and not crash",
+                                     "--hypothesis-profile=mutation"]))
 print("[tool.pytest.ini_options]")
 for k, v in pt.items():
     print(f"{k} = {arr(v) if isinstance(v, list) else json.dumps(v)}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -18,6 +19,10 @@ from tempomem.devserver import temporal_cli
 from tempomem.store import MemoryStore
 from tempomem.worker import run_worker
 from tempomem.workflows import search_attributes
+
+# scripts/mutation.sh runs each mutant against the property tests too: fewer examples there keep a
+# mutant to seconds (any example that breaks an invariant still fails it); the suite uses the default.
+settings.register_profile("mutation", max_examples=20, deadline=None)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,333 @@
+"""Every intake transition, state by state, as bytes on disk (INTAKE-13, INTAKE-18..INTAKE-21, CLI-04,
+CLI-05, CAP-75): attempt bookkeeping, failure and its due time, dead-lettering with the retained plan,
+retry, resolve with its receipt and archive, operator resolution, due order, receipt pruning, imported
+commitments. Temporal-free, so a wrong field, file or order fails here in milliseconds (issue #13's
+mutation goal); the workflows that drive these transitions are tested against the dev server elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tempomem.storage import intake as intake_mod
+from tempomem.storage.intake import (
+    FailureCategory,
+    Intake,
+    IntakeCorruptError,
+    IntakeError,
+    RecordState,
+    RetainedPlanError,
+    UnknownRecordError,
+    admit_turn,
+    format_instant,
+    intake_id,
+    parse_instant,
+)
+from tempomem.storage.turn import CompletedTurn
+from tempomem.storage.turn_archive import TurnArchive
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def admit(intake: Intake, run_id: str, *, minutes: int = 0, write_mode: str = "capture") -> str:
+    turn = CompletedTurn(
+        run_id=run_id,
+        conversation_id="web:c1",
+        speaker_kind="human-turn",
+        user_text=f"question {run_id}",
+        final_answer=f"answer {run_id}",
+        admitted_at=T0 + timedelta(minutes=minutes),
+    )
+    tier = "bujo" if write_mode == "capture" else "lite"
+    result = admit_turn(
+        intake, turn, tier=tier, write_mode=write_mode, capture_cron=None, capture_webhook=None
+    )
+    assert result.intake_id == intake_id(run_id)
+    return result.intake_id
+
+
+def state_file(folder: Path, record: str) -> dict:
+    return json.loads((folder / f"{record}.state.json").read_bytes())
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(os.listdir(folder))
+
+
+@pytest.fixture
+def intake(tmp_path: Path) -> Intake:
+    return Intake(tmp_path / "mem")
+
+
+def test_begin_attempt_counts_in_the_record(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    proc = intake.begin_attempt(record, now=T0)
+    assert (proc.attempts, proc.revision, proc.due_at, proc.updated_at) == (
+        1,
+        1,
+        None,
+        "2026-12-01T09:00:00.000Z",
+    )
+    proc = intake.begin_attempt(record, now=T0 + timedelta(seconds=1.5))
+    assert (proc.attempts, proc.revision) == (2, 2)
+    on_disk = state_file(intake.pending_dir, record)
+    assert on_disk == {
+        "attempts": 2,
+        "due_at": None,
+        "failure_category": None,
+        "retained_plan": False,
+        "revision": 2,
+        "state": "pending",
+        "updated_at": "2026-12-01T09:00:01.500Z",
+    }
+    view = intake.view(record, now=T0)
+    assert (view.state, view.attempts, view.revision, view.due) == (RecordState.PENDING, 2, 2, True)
+    assert (view.write_mode, view.tier, view.admitted_at) == ("capture", "bujo", "2026-12-01T09:00:00.000Z")
+
+
+def test_a_failure_makes_the_record_due_later(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    intake.begin_attempt(record, now=T0)
+    proc = intake.record_failure(record, FailureCategory.LLM_TIMEOUT, retry_in=timedelta(seconds=30), now=T0)
+    assert (proc.failure_category, proc.revision, proc.due_at, proc.attempts) == (
+        FailureCategory.LLM_TIMEOUT,
+        2,
+        "2026-12-01T09:00:30.000Z",
+        1,
+    )
+    assert state_file(intake.pending_dir, record)["due_at"] == "2026-12-01T09:00:30.000Z"
+    assert intake.view(record, now=T0 + timedelta(seconds=29)).due is False
+    assert intake.view(record, now=T0 + timedelta(seconds=30)).due is True  # due at the instant itself
+    assert intake.due_pending(now=T0 + timedelta(seconds=29)) == []
+    assert intake.due_pending(now=T0 + timedelta(seconds=30)) == [record]
+    assert intake.counts(now=T0) == {"pending": 1, "due": 0, "dead": 0, "resolved": 0}
+    # The next attempt clears the due time again.
+    assert intake.begin_attempt(record, now=T0 + timedelta(minutes=1)).due_at is None
+
+
+def test_due_pending_is_oldest_admission_first_and_skips_a_corrupt_record(intake: Intake) -> None:
+    late, early, middle = (
+        admit(intake, "a", minutes=9),
+        admit(intake, "b", minutes=1),
+        admit(intake, "c", minutes=5),
+    )
+    assert intake.due_pending(now=T0 + timedelta(hours=1)) == [early, middle, late]
+    (intake.pending_dir / f"{middle}.state.json").write_bytes(b"{not json")
+    assert intake.due_pending(now=T0 + timedelta(hours=1)) == [early, late]
+
+
+def test_dead_letter_moves_record_state_and_plan_and_keeps_the_category(intake: Intake) -> None:
+    record, other = admit(intake, "r1"), admit(intake, "r2")
+    intake.begin_attempt(record, now=T0)
+    intake.save_plan(record, b'{"plan":1}', now=T0)
+    intake.dead_letter(record, FailureCategory.INVALID_OUTPUT, now=T0 + timedelta(minutes=3))
+    assert names(intake.dead_dir) == sorted([record, f"{record}.plan.json", f"{record}.state.json"])
+    assert record not in "".join(names(intake.pending_dir))
+    assert state_file(intake.dead_dir, record) == {
+        "attempts": 1,
+        "due_at": None,
+        "failure_category": "invalid_output",
+        "retained_plan": True,
+        "revision": 3,
+        "state": "dead",
+        "updated_at": "2026-12-01T09:03:00.000Z",
+    }
+    view = intake.view(record, now=T0)
+    assert (view.state, view.due, view.failure_category) == (
+        RecordState.DEAD,
+        False,
+        FailureCategory.INVALID_OUTPUT,
+    )
+    assert intake.list_ids(RecordState.DEAD) == [record]
+    assert intake.list_ids(RecordState.PENDING) == [other]
+    assert intake.counts(now=T0) == {"pending": 1, "due": 1, "dead": 1, "resolved": 0}
+    # Not pending any more: a second dead-letter changes nothing.
+    before = {n: (intake.dead_dir / n).read_bytes() for n in names(intake.dead_dir)}
+    intake.dead_letter(record, FailureCategory.UNKNOWN, now=T0 + timedelta(hours=1))
+    assert {n: (intake.dead_dir / n).read_bytes() for n in names(intake.dead_dir)} == before
+
+
+def test_dead_letter_without_a_plan_moves_only_record_and_state(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    intake.dead_letter(record, FailureCategory.STORAGE_ERROR, now=T0)
+    assert names(intake.dead_dir) == sorted([record, f"{record}.state.json"])
+    assert state_file(intake.dead_dir, record)["revision"] == 1
+
+
+def test_retry_brings_a_dead_record_back_with_a_fresh_budget_and_its_plan(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    intake.begin_attempt(record, now=T0)
+    intake.begin_attempt(record, now=T0)
+    intake.save_plan(record, b'{"plan":1}', now=T0)
+    intake.dead_letter(record, FailureCategory.LLM_ERROR, now=T0)
+    assert intake.retry(record, now=T0 + timedelta(minutes=5)) is True
+    assert names(intake.dead_dir) == []
+    assert intake.load_plan(record) == b'{"plan":1}'
+    on_disk = state_file(intake.pending_dir, record)
+    assert (on_disk["state"], on_disk["attempts"], on_disk["due_at"], on_disk["revision"]) == (
+        "pending",
+        0,
+        None,
+        5,
+    )
+    assert on_disk["updated_at"] == "2026-12-01T09:05:00.000Z"
+    assert intake.due_pending(now=T0) == [record]
+    assert intake.retry(record, now=T0) is False  # pending and due: nothing to do
+
+
+def test_retry_of_a_delayed_record_keeps_its_attempts(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    intake.begin_attempt(record, now=T0)
+    intake.record_failure(record, FailureCategory.LLM_TIMEOUT, retry_in=timedelta(hours=1), now=T0)
+    assert intake.retry(record, now=T0 + timedelta(minutes=1)) is True
+    on_disk = state_file(intake.pending_dir, record)
+    assert (on_disk["attempts"], on_disk["due_at"]) == (1, None)
+    assert intake.due_pending(now=T0 + timedelta(minutes=1)) == [record]
+
+
+def test_resolve_writes_the_receipt_then_retires_everything(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    data = (intake.pending_dir / record).read_bytes()
+    intake.begin_attempt(record, now=T0)
+    intake.save_plan(record, b"{}", now=T0)
+    receipt = intake.resolve(record, outcome="success", now=T0 + timedelta(minutes=2))
+    assert receipt.payload_sha256 == hashlib.sha256(data).hexdigest()
+    assert (receipt.id, receipt.outcome, receipt.attempts, receipt.reason) == (record, "success", 1, None)
+    assert (receipt.admitted_at, receipt.resolved_at) == (
+        "2026-12-01T09:00:00.000Z",
+        "2026-12-01T09:02:00.000Z",
+    )
+    assert names(intake.pending_dir) == []
+    assert names(intake.resolved_dir) == [f"{record}.receipt.json"]
+    assert intake.receipt(record) == receipt
+    assert intake.has_receipt(record, receipt.payload_sha256)
+    assert not intake.has_receipt(record, "0" * 64)
+    view = intake.view(record, now=T0)
+    assert (view.state, view.attempts, view.due, view.admitted_at) == (
+        RecordState.RESOLVED,
+        1,
+        False,
+        "2026-12-01T09:00:00.000Z",
+    )
+    # A capture turn is archived for re-curation with its exact bytes (issue #6).
+    archived = list(TurnArchive(intake.root).turns(since=date(2000, 1, 1)))
+    assert [t.id for t in archived] == [record]
+    assert TurnArchive(intake.root).load(archived[0]) == data
+    # Resolving again returns the same receipt and writes nothing.
+    assert intake.resolve(record, outcome="success", now=T0 + timedelta(days=1)) == receipt
+
+
+def test_resolve_of_a_dead_record_and_of_a_projection_turn(intake: Intake) -> None:
+    dead = admit(intake, "r1")
+    intake.dead_letter(dead, FailureCategory.LLM_ERROR, now=T0)
+    receipt = intake.resolve(dead, outcome="success", now=T0)
+    assert names(intake.dead_dir) == []
+    assert receipt.outcome == "success"
+    lite = admit(intake, "r2", write_mode="append-host-summary")
+    intake.resolve(lite, outcome="success", now=T0)
+    # Only capture turns are archived: a projection turn already lives in daily/.
+    assert [t.id for t in TurnArchive(intake.root).turns(since=date(2000, 1, 1))] == [dead]
+
+
+def test_operator_resolution_needs_a_slug_and_refuses_a_retained_plan(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    with pytest.raises(IntakeError, match="reason slug"):
+        intake.operator_resolve(record, "Not A Slug!", now=T0)
+    intake.save_plan(record, b"{}", now=T0)
+    with pytest.raises(RetainedPlanError):
+        intake.operator_resolve(record, "accepted-loss", now=T0)
+    other = admit(intake, "r2")
+    assert intake.operator_resolve(other, "accepted-loss", now=T0) is True
+    receipt = intake.receipt(other)
+    assert (receipt.outcome, receipt.reason) == ("operator_resolved", "accepted-loss")
+    assert intake.operator_resolve(other, "accepted-loss", now=T0) is False
+    # Operator resolution never archives the turn.
+    assert list(TurnArchive(intake.root).turns(since=date(2000, 1, 1))) == []
+
+
+def test_a_malformed_record_is_reported_by_id_without_its_bytes(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    (intake.pending_dir / record).write_bytes(b'{"secret": "hunter2"}')
+    with pytest.raises(IntakeCorruptError) as err:
+        intake.resolve(record, outcome="success", now=T0)
+    assert str(err.value) == f"intake record {record} is malformed" and err.value.__cause__ is None
+    assert names(intake.resolved_dir) == []
+    (intake.pending_dir / f"{record}.state.json").write_bytes(b"[]")
+    (intake.pending_dir / f"{record}.state.json").chmod(0o600)
+    with pytest.raises(IntakeCorruptError, match=f"state of intake record {record} is malformed"):
+        intake.begin_attempt(record, now=T0)
+
+
+def test_transitions_on_unknown_or_retired_records_are_refused(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    intake.resolve(record, outcome="success", now=T0)
+    with pytest.raises(UnknownRecordError, match="not pending"):
+        intake.begin_attempt(record, now=T0)
+    with pytest.raises(UnknownRecordError, match="not pending"):
+        intake.save_plan(record, b"{}", now=T0)
+    with pytest.raises(UnknownRecordError, match="retired"):
+        intake.load_payload(record)
+    assert intake.retry(record, now=T0) is False
+    with pytest.raises(UnknownRecordError, match="no intake record"):
+        intake.view("a" * 64, now=T0)
+    with pytest.raises(UnknownRecordError, match="64-character"):
+        intake.view("../etc", now=T0)
+
+
+def test_receipts_are_pruned_oldest_first_beyond_the_limit(
+    intake: Intake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(intake_mod, "MAX_RESOLVED_RECEIPTS", 3)
+    records = [admit(intake, f"r{i}", minutes=i) for i in range(5)]
+    for i, record in enumerate(records):
+        intake.resolve(record, outcome="success", now=T0 + timedelta(minutes=i))
+        path = intake.resolved_dir / f"{record}.receipt.json"
+        os.utime(path, ns=(i * 10**9, i * 10**9))  # resolution order, whatever the clock granularity
+    assert names(intake.resolved_dir) == sorted(f"{r}.receipt.json" for r in records[2:])
+    # The ledger keeps protection for the pruned ones: they are duplicates, never admitted again.
+    turn_again = admit_turn(
+        intake,
+        CompletedTurn(
+            run_id="r0",
+            conversation_id="web:c1",
+            speaker_kind="human-turn",
+            user_text="question r0",
+            final_answer="answer r0",
+            admitted_at=T0,
+        ),
+        tier="bujo",
+        write_mode="capture",
+        capture_cron=None,
+        capture_webhook=None,
+    )
+    assert turn_again.status.value == "duplicate"
+
+
+def test_imported_commitments_are_kept_sorted_and_merged(intake: Intake) -> None:
+    assert intake.imported() == set()
+    intake.ensure_layout()
+    intake.add_imported([("b" * 64, "1" * 64), ("a" * 64, "2" * 64)])
+    intake.add_imported([("a" * 64, "2" * 64), ("c" * 64, "3" * 64)])
+    assert intake.imported() == {("a" * 64, "2" * 64), ("b" * 64, "1" * 64), ("c" * 64, "3" * 64)}
+    raw = json.loads(intake.imported_path.read_bytes())
+    assert raw == sorted(raw) and len(raw) == 3
+    assert intake.has_receipt("c" * 64, "3" * 64) and not intake.has_receipt("c" * 64, "4" * 64)
+    intake.imported_path.write_bytes(b"{broken")
+    with pytest.raises(IntakeCorruptError, match="malformed"):
+        intake.imported()
+
+
+def test_instants_round_trip_in_utc_milliseconds() -> None:
+    from zoneinfo import ZoneInfo
+
+    lisbon = datetime(2026, 7, 1, 10, 0, 0, 123456, tzinfo=ZoneInfo("Europe/Lisbon"))
+    assert format_instant(lisbon) == "2026-07-01T09:00:00.123Z"
+    assert parse_instant("2026-07-01T09:00:00.123Z") == datetime(2026, 7, 1, 9, 0, 0, 123000, tzinfo=UTC)
+    assert parse_instant("2026-07-01T10:00:00+01:00").tzinfo == UTC
+    assert parse_instant("2026-07-01T10:00:00+01:00").hour == 9
