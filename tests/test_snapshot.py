@@ -68,3 +68,72 @@ async def test_worker_publishes_each_transition_and_its_shutdown(client: Client,
     # begin_attempt and resolve each republish; the last snapshot reports the stop.
     assert max(s.transitions for s in seen) >= 3
     assert seen[-1].shutdown == "stopped"
+
+
+def test_publisher_counts_every_transition_and_reports_shutdown(tmp_path: Path) -> None:
+    """The publisher alone, on a real intake (INTAKE-30/31): exact counts and transition numbers, the
+    file owner-only, sinks called in order, a failing sink logged and the next one still served."""
+    import stat
+
+    from tempomem.storage.intake import FailureCategory, Intake, admit_turn
+    from tempomem.storage.snapshot import SnapshotPublisher
+
+    intake = Intake(tmp_path / "mem")
+    seen: list[IntakeSnapshot] = []
+    publisher = SnapshotPublisher(intake, [broken_sink, seen.append])
+    try:
+        ids = []
+        for n in range(3):
+            result = admit_turn(
+                intake, turn(f"s{n}"), tier="lite", write_mode="append-host-summary",
+                capture_cron=None, capture_webhook=None,
+            )  # fmt: skip
+            ids.append(result.intake_id)
+        intake.begin_attempt(ids[0], now=T0)
+        intake.dead_letter(ids[1], FailureCategory.LLM_ERROR, now=T0)
+        intake.resolve(ids[2], outcome="success", now=T0)
+        assert publisher.flush()
+        last = seen[-1]
+        assert (last.pending, last.due, last.dead, last.resolved) == (1, 1, 1, 1)
+        assert last.transitions == publisher.transitions == 6 and last.shutdown == "running"
+        path = intake.base / "snapshot.json"
+        assert json.loads(path.read_bytes()) == last.model_dump()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert publisher.published >= 1
+        publisher.set_shutdown("draining")
+        assert publisher.flush()
+        assert (seen[-1].shutdown, seen[-1].transitions) == ("draining", 7)
+        assert json.loads(path.read_bytes())["shutdown"] == "draining"
+    finally:
+        publisher.close()
+
+
+def test_publisher_without_file_and_with_an_uncountable_intake(tmp_path: Path) -> None:
+    from tempomem.storage.intake import Intake, admit_turn
+    from tempomem.storage.snapshot import SnapshotPublisher
+
+    intake = Intake(tmp_path / "mem")
+    seen: list[IntakeSnapshot] = []
+    publisher = SnapshotPublisher(intake, [seen.append], write_file=False)
+    try:
+        admit_turn(
+            intake, turn("s1"), tier="lite", write_mode="append-host-summary",
+            capture_cron=None, capture_webhook=None,
+        )  # fmt: skip
+        assert publisher.flush()
+        assert [s.pending for s in seen][-1] == 1
+        assert not (intake.base / "snapshot.json").exists()
+        # A snapshot that cannot be computed is skipped (logged), and the publisher keeps going.
+        aside = intake.base / "pending-aside"
+        intake.pending_dir.rename(aside)
+        intake.pending_dir.write_bytes(b"")  # a file where the folder was: counting fails
+        before = len(seen)
+        publisher.notify()
+        assert publisher.flush()
+        assert len(seen) == before
+        intake.pending_dir.unlink()
+        aside.rename(intake.pending_dir)
+        publisher.notify()
+        assert publisher.flush() and len(seen) == before + 1
+    finally:
+        publisher.close()

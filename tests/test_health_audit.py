@@ -1,0 +1,186 @@
+"""``health`` and ``tidy`` on stores put into each state by hand (CLI-13, INTAKE-31, RPL-10, issue #13):
+the status precedence (degraded > canonical_mismatch > dead_letters_present > in_progress > ok), exact
+counts, and the exact content-free line each problem gets; then what one ``tidy`` repairs, counted."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tempomem.storage import replay_projection
+from tempomem.storage.health import audit
+from tempomem.storage.intake import FailureCategory, Intake, admit_turn
+from tempomem.storage.intake_tidy import list_quarantined, quarantine_if_corrupt, tidy
+from tempomem.storage.projection import project
+from tempomem.storage.turn import CompletedTurn
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+LATER = T0 + timedelta(hours=1)
+
+
+def admit(intake: Intake, run_id: str) -> str:
+    turn = CompletedTurn(
+        run_id=run_id, conversation_id="web:c", speaker_kind="human-turn", user_text="q",
+        final_answer=f"Fact number {run_id}.", admitted_at=T0,
+    )  # fmt: skip
+    result = admit_turn(
+        intake, turn, tier="lite", write_mode="append-host-summary", capture_cron=None, capture_webhook=None
+    )
+    assert result.intake_id is not None
+    return result.intake_id
+
+
+@pytest.fixture
+def intake(tmp_path: Path) -> Intake:
+    return Intake(tmp_path / "mem")
+
+
+def report(intake: Intake) -> tuple[str, dict[str, int], list[str], list[str]]:
+    r = audit(intake.root, now=LATER)
+    return r.status, r.counts, r.problems, r.mismatches
+
+
+def test_a_store_without_an_intake_is_ok_and_has_no_ledger(tmp_path: Path) -> None:
+    (tmp_path / "mem").mkdir(mode=0o700)
+    r = audit(tmp_path / "mem", now=T0)
+    assert (r.status, r.counts, r.ledger_entries, r.problems, r.mismatches) == (
+        "ok", {"pending": 0, "due": 0, "dead": 0, "resolved": 0}, None, [], [],
+    )  # fmt: skip
+
+
+def test_status_precedence_from_in_progress_to_degraded(intake: Intake) -> None:
+    a, b, c = admit(intake, "a"), admit(intake, "b"), admit(intake, "c")
+    assert audit(intake.root, now=LATER).ledger_entries == 3
+    assert report(intake) == ("in_progress", {"pending": 3, "due": 3, "dead": 0, "resolved": 0}, [], [])
+    intake.begin_attempt(b, now=T0)
+    intake.record_failure(b, FailureCategory.LLM_ERROR, retry_in=timedelta(days=1), now=T0)
+    assert report(intake)[1] == {"pending": 3, "due": 2, "dead": 0, "resolved": 0}
+    intake.resolve(c, outcome="success", now=T0)
+    intake.dead_letter(a, FailureCategory.LLM_ERROR, now=T0)
+    assert report(intake) == (
+        "dead_letters_present",
+        {"pending": 1, "due": 0, "dead": 1, "resolved": 1},
+        [],
+        [],
+    )
+    intake.resolve(b, outcome="success", now=T0)
+    intake.resolve(a, outcome="success", now=T0)
+    assert report(intake) == ("ok", {"pending": 0, "due": 0, "dead": 0, "resolved": 3}, [], [])
+
+    # A replay edge naming a line that is not in the Markdown: canonical_mismatch (RPL-10).
+    intake.root.joinpath("daily").mkdir(mode=0o700)
+    digest = replay_projection.authority_digest("capture", "x", "c-gone", "c-new")
+    replay_projection.apply_delta(
+        intake.root,
+        [{"id": replay_projection.entry_id("supersede", "c-gone", "c-new"), "kind": "supersede",
+          "from": "c-gone", "to": "c-new", "at": "2026-12-01T09:00:00.000Z",
+          "authority": {"kind": "capture", "digest": digest}}],
+    )  # fmt: skip
+    entry = replay_projection.load(intake.root).entries[0]
+    status, _, problems, mismatches = report(intake)
+    assert (status, problems) == ("canonical_mismatch", [])
+    assert mismatches == [f"supersede {entry.id}: no canonical line c-gone, c-new"]
+
+    # Any problem outranks a mismatch.
+    intake.pending_dir.chmod(0o755)
+    status, _, problems, _ = report(intake)
+    assert (status, problems) == ("degraded", ["mode: .capture-intake/pending is 755, expected 700"])
+    intake.pending_dir.chmod(0o700)
+    intake.root.chmod(0o750)
+    assert report(intake)[2] == ["mode: . is 750, expected 700"]
+    intake.root.chmod(0o700)
+
+
+def test_each_problem_has_its_own_line(intake: Intake) -> None:
+    good, edited, other = admit(intake, "good"), admit(intake, "edited"), admit(intake, "other")
+    intake.resolve(other, outcome="success", now=T0)
+    # An edited record (the ledger committed other bytes), a leftover temp file, a foreign file, an
+    # orphan state file, an interrupted resolve, a receipt whose hash disagrees with the ledger.
+    path = intake.pending_dir / edited
+    data = json.loads(path.read_bytes())
+    data["summary"] = "Fact number changed."
+    path.write_bytes(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
+    (intake.pending_dir / ".x.tmp-123").write_bytes(b"")
+    (intake.pending_dir / "notes.txt").write_bytes(b"")
+    orphan = "e" * 64
+    (intake.dead_dir / f"{orphan}.state.json").write_bytes(b"{}")
+    receipt = intake.resolved_dir / f"{other}.receipt.json"
+    stale = intake.pending_dir / f"{other}.state.json"
+    stale.write_bytes(b"{}")
+    forged = json.loads(receipt.read_bytes())
+    forged["payload_sha256"] = "0" * 64
+    receipt.write_bytes(json.dumps(forged).encode())
+    status, counts, problems, _ = report(intake)
+    assert status == "degraded"
+    assert counts == {"pending": 1, "due": 1, "dead": 0, "resolved": 1}  # only the good record counts
+    assert problems == [
+        f"record {edited}: payload_changed",
+        "leftover temp file: .capture-intake/pending/.x.tmp-123",
+        f"interrupted resolve: {other}",
+        f"orphan file: .capture-intake/dead/{orphan}.state.json",
+        "foreign file: .capture-intake/pending/notes.txt",
+        f"receipt {other}: payload hash differs from the ledger",
+    ]
+    receipt.write_bytes(b"{broken")
+    assert f"receipt {other}: IntakeCorruptError" in report(intake)[2]
+    assert good in intake.due_pending(now=LATER)
+
+
+def test_damaged_bullets_and_a_broken_sidecar_are_reported(intake: Intake) -> None:
+    record = admit(intake, "a")
+    project(intake.root, intake.load_payload(record))
+    day = intake.root / "daily" / "2026-12-01.md"
+    day.write_text(day.read_text() + "- broken line <!--mem id=?? -->\n")
+    replay_projection.sidecar_path(intake.root).write_bytes(b"{not json")
+    problems = report(intake)[2]
+    assert problems[0] == f"damaged bullet: daily/2026-12-01.md:{len(day.read_text().splitlines())}"
+    assert len(problems) == 2 and problems[1].startswith("sidecar: ")
+
+
+def test_tidy_repairs_what_kills_leave_and_quarantines_what_it_cannot_trust(intake: Intake) -> None:
+    assert tidy(Intake(intake.root / "missing"), now=T0).model_dump()["temp_files_removed"] == 0
+    keep, bad, done = admit(intake, "keep"), admit(intake, "bad"), admit(intake, "done")
+    intake.resolve(done, outcome="success", now=T0)
+    (intake.pending_dir / f"{done}.state.json").write_bytes(b"{}")  # a resolve killed before its unlinks
+    (intake.pending_dir / f"{done}.plan.json").write_bytes(b"{}")
+    (intake.pending_dir / ".y.tmp-9").write_bytes(b"")
+    (intake.resolved_dir / ".z.tmp-9").write_bytes(b"")
+    (intake.pending_dir / f"{'f' * 64}.plan.json").write_bytes(b"{}")  # orphan
+    (intake.pending_dir / bad).write_bytes(b"not a record")
+    result = tidy(intake, now=LATER)
+    assert (result.temp_files_removed, result.resolves_finished, result.orphans_removed) == (2, 1, 1)
+    assert result.commitments_finished == 0
+    assert [(q.id, q.reason, q.at) for q in result.quarantined] == [
+        (bad, "malformed", "2026-12-01T10:00:00.000Z")
+    ]
+    assert sorted(os.listdir(intake.pending_dir)) == [keep]
+    assert sorted(os.listdir(intake.base / "quarantine")) == sorted([bad, f"{bad}.reason.json"])
+    assert [q.id for q in list_quarantined(intake)] == [bad]
+    _, counts, problems, _ = report(intake)
+    assert problems == [f"quarantined {bad}: malformed"]
+    assert counts == {"pending": 1, "due": 1, "dead": 0, "resolved": 1}
+    again = tidy(intake, now=LATER)
+    assert again.model_dump() == {
+        "temp_files_removed": 0, "resolves_finished": 0, "orphans_removed": 0,
+        "commitments_finished": 0, "quarantined": [],
+    }  # fmt: skip
+
+
+def test_quarantine_if_corrupt_moves_state_and_plan_with_the_record(intake: Intake) -> None:
+    record = admit(intake, "a")
+    assert quarantine_if_corrupt(intake, record, now=T0) is None  # a good record stays
+    intake.begin_attempt(record, now=T0)
+    intake.save_plan(record, b"{}", now=T0)
+    (intake.pending_dir / f"{record}.state.json").write_bytes(b"[]")
+    entry = quarantine_if_corrupt(intake, record, now=T0)
+    assert entry is not None and (entry.id, entry.reason) == (record, "state_malformed")
+    assert os.listdir(intake.pending_dir) == []
+    assert sorted(os.listdir(intake.base / "quarantine")) == sorted(
+        [record, f"{record}.state.json", f"{record}.plan.json", f"{record}.reason.json"]
+    )
+    (intake.base / "quarantine" / f"{record}.reason.json").write_bytes(b"garbage")
+    assert [(q.id, q.reason, q.at) for q in list_quarantined(intake)] == [(record, "unknown", "")]
