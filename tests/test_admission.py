@@ -120,6 +120,13 @@ def test_capture_parts_owner_text_and_answer() -> None:
         "Noted: you live in Lisbon now.",
     )  # HOST-05
     assert capture_parts(turn(user_text="")) == (None, "Noted: you live in Lisbon now.")
+    # An empty approved text means the host approved nothing: the raw user text never stands in.
+    assert capture_parts(turn(capture_text="")) == (None, "Noted: you live in Lisbon now.")
+    # WM-11: a cron or webhook prompt never enters memory, approved or not.
+    assert capture_parts(turn(trigger_kind="cron", capture_text="approved")) == (
+        None,
+        "Noted: you live in Lisbon now.",
+    )
 
 
 def test_intake02_file_name_is_sha256_of_run_id(tmp_path: Path) -> None:

@@ -331,3 +331,16 @@ def test_instants_round_trip_in_utc_milliseconds() -> None:
     assert parse_instant("2026-07-01T09:00:00.123Z") == datetime(2026, 7, 1, 9, 0, 0, 123000, tzinfo=UTC)
     assert parse_instant("2026-07-01T10:00:00+01:00").tzinfo == UTC
     assert parse_instant("2026-07-01T10:00:00+01:00").hour == 9
+
+
+def test_the_retry_schedule_keeps_its_shape_when_scaled() -> None:
+    """AMB-10 with ``first_delay_seconds`` shrunk (as tests and impatient operators do): the cap keeps
+    its ratio to the first delay (6 hours : 1 minute)."""
+    from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
+
+    scaled = [retry_delay_seconds(n, 1) for n in range(1, RETRY_MAX_ATTEMPTS + 1)]
+    assert scaled == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 360, 360, 360, 360, 360, 360]
+    assert [retry_delay_seconds(n, 2) for n in (2, 11)] == [2, 720]
+    for bad in (0, RETRY_MAX_ATTEMPTS + 1):
+        with pytest.raises(ValueError, match=f"attempt must be 1..{RETRY_MAX_ATTEMPTS}, got {bad}"):
+            retry_delay_seconds(bad)
