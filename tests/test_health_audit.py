@@ -13,7 +13,7 @@ import pytest
 
 from tempomem.storage import replay_projection
 from tempomem.storage.health import audit
-from tempomem.storage.intake import FailureCategory, Intake, admit_turn
+from tempomem.storage.intake import FailureCategory, Intake, RecordState, admit_turn
 from tempomem.storage.intake_tidy import list_quarantined, quarantine_if_corrupt, tidy
 from tempomem.storage.projection import project
 from tempomem.storage.turn import CompletedTurn
@@ -184,3 +184,70 @@ def test_quarantine_if_corrupt_moves_state_and_plan_with_the_record(intake: Inta
     )
     (intake.base / "quarantine" / f"{record}.reason.json").write_bytes(b"garbage")
     assert [(q.id, q.reason, q.at) for q in list_quarantined(intake)] == [(record, "unknown", "")]
+
+
+def record_without_ledger_entry(intake: Intake, run_id: str) -> str:
+    """What a SIGKILL between the record write and its ledger append leaves (INTAKE-22)."""
+    from tempomem.storage.fsio import atomic_write
+    from tempomem.storage.intake import build_payload, canonical_json
+
+    turn = CompletedTurn(
+        run_id=run_id, conversation_id="web:c", final_answer=f"Fact {run_id}.", admitted_at=T0
+    )
+    payload = build_payload(turn, write_mode="append-host-summary", tier="lite")
+    intake.ensure_layout()
+    atomic_write(intake.pending_dir / payload.id, canonical_json(payload.model_dump()))
+    return payload.id
+
+
+def test_tidy_finishes_each_interrupted_commitment_and_every_bad_record(intake: Intake) -> None:
+    from tempomem.storage.intake_tidy import check_record
+
+    first, second = record_without_ledger_entry(intake, "k1"), record_without_ledger_entry(intake, "k2")
+    assert audit(intake.root, now=LATER).ledger_entries == 0
+    # Two untrustworthy records, whichever sorts first: tidy goes on past each.
+    bad = sorted([admit(intake, "b1"), admit(intake, "b2")])
+    for record in bad:
+        (intake.pending_dir / record).chmod(0o644)
+    assert [check_record(intake, intake.pending_dir, r) for r in bad] == ["unsafe_file", "unsafe_file"]
+    result = tidy(intake, now=LATER)
+    assert result.commitments_finished == 2
+    assert sorted(q.id for q in result.quarantined) == bad
+    assert audit(intake.root, now=LATER).ledger_entries == 4  # two finished + the two admitted ones
+    assert intake.list_ids(RecordState.PENDING) == sorted([first, second])
+    assert tidy(intake, now=LATER).commitments_finished == 0
+
+
+def test_check_record_names_each_reason(intake: Intake) -> None:
+    from tempomem.storage.intake_tidy import check_record
+    from tempomem.storage.limits import MAX_RECORD_BYTES
+
+    a, b = admit(intake, "a"), admit(intake, "b")
+    folder = intake.pending_dir
+    assert check_record(intake, folder, a) is None
+    original = (folder / a).read_bytes()
+    (folder / a).write_bytes((folder / b).read_bytes())  # a valid record under another record's name
+    assert check_record(intake, folder, a) == "wrong_id"
+    (folder / a).write_bytes(original + b" " * MAX_RECORD_BYTES)  # larger than any record may be
+    assert check_record(intake, folder, a) == "unsafe_file"
+    (folder / a).write_bytes(original)
+    os.link(folder / a, intake.root / "extra-link")
+    assert check_record(intake, folder, a) == "unsafe_file"  # a second name for the record
+    os.unlink(intake.root / "extra-link")
+    assert check_record(intake, folder, a) is None
+    state = folder / f"{a}.state.json"
+    intake.begin_attempt(a, now=T0)
+    state.chmod(0o644)
+    assert check_record(intake, folder, a) == "state_malformed"
+    state.chmod(0o600)
+    state.write_bytes(state.read_bytes() + b" " * MAX_RECORD_BYTES)
+    assert check_record(intake, folder, a) == "state_malformed"
+
+
+def test_a_leftover_temp_file_in_the_ledger_folder_is_found_and_removed(intake: Intake) -> None:
+    admit(intake, "a")
+    leftover = intake.base / "ledger" / ".shard-00.tmp-77"
+    leftover.write_bytes(b"")
+    assert report(intake)[2] == ["leftover temp file: .capture-intake/ledger/.shard-00.tmp-77"]
+    assert tidy(intake, now=LATER).temp_files_removed == 1
+    assert not leftover.exists()

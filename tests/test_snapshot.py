@@ -137,3 +137,56 @@ def test_publisher_without_file_and_with_an_uncountable_intake(tmp_path: Path) -
         assert publisher.flush() and len(seen) == before + 1
     finally:
         publisher.close()
+
+
+def test_publisher_logs_only_exception_types_and_counts_each_publish(tmp_path: Path, caplog) -> None:
+    """INTAKE-32 and the privacy rule: a failing sink, file or count is logged by exception type only."""
+    import logging
+    import threading
+    from datetime import timedelta
+
+    from tempomem.storage.intake import FailureCategory, Intake, admit_turn
+    from tempomem.storage.snapshot import SnapshotPublisher
+
+    def leaky_sink(_: IntakeSnapshot) -> None:
+        raise RuntimeError("Marten-Quill-4410 secret")
+
+    intake = Intake(tmp_path / "mem")
+    seen: list[IntakeSnapshot] = []
+    publisher = SnapshotPublisher(intake, [leaky_sink, seen.append])
+    caplog.set_level(logging.WARNING, logger="tempomem.snapshot")
+    try:
+        assert publisher.published == 0
+        assert any(t.name == "tempomem-snapshot" and t.daemon for t in threading.enumerate())
+        result = admit_turn(
+            intake, turn("s1"), tier="lite", write_mode="append-host-summary",
+            capture_cron=None, capture_webhook=None,
+        )  # fmt: skip
+        assert publisher.flush() and publisher.published == 1
+        intake.begin_attempt(result.intake_id, now=T0)
+        intake.record_failure(
+            result.intake_id, FailureCategory.LLM_ERROR, retry_in=timedelta(days=365), now=T0
+        )
+        assert publisher.flush() and publisher.published >= 2
+        assert (seen[-1].pending, seen[-1].due) == (1, 0)  # counted against the current time
+        (intake.base / "snapshot.json").unlink()
+        (intake.base / "snapshot.json").mkdir()  # the file cannot be replaced
+        publisher.notify()
+        assert publisher.flush()
+        (intake.base / "snapshot.json").rmdir()
+        aside = intake.base / "pending-aside"
+        intake.pending_dir.rename(aside)
+        intake.pending_dir.write_bytes(b"")
+        publisher.notify()
+        assert publisher.flush()
+        intake.pending_dir.unlink()
+        aside.rename(intake.pending_dir)
+    finally:
+        publisher.close()
+    messages = {r.getMessage() for r in caplog.records if r.name == "tempomem.snapshot"}
+    assert messages == {
+        "snapshot sink failed (RuntimeError)",
+        "snapshot file not written (IsADirectoryError)",
+        "snapshot not computed (NotADirectoryError)",
+    }
+    assert "Marten" not in caplog.text

@@ -154,3 +154,54 @@ def test_prune_drops_whole_days_before_the_window_and_zero_keeps_nothing(tmp_pat
     assert archive.prune(keep_days=0, now=now) == 2
     assert archive.days() == []
     assert archive.prune(keep_days=0, now=now) == 0
+
+
+def test_the_archive_itself_must_be_private_and_files_bounded(tmp_path: Path) -> None:
+    from tempomem.storage.limits import MAX_RECORD_BYTES
+
+    archive = TurnArchive(tmp_path)
+    at = "2026-12-01T09:00:00.000Z"
+    archive.store(rid(1), at, payload(at))
+    (tmp_path / ".turn-archive").chmod(0o755)
+    with pytest.raises(TurnArchiveError, match="expected 700"):
+        archive.store(rid(2), at, payload(at))
+    (tmp_path / ".turn-archive").chmod(0o700)
+    # An archived file opened to others is not trusted: not re-stored over, not loaded, not listed.
+    path = archive.path_for(rid(1), at)
+    path.chmod(0o644)
+    with pytest.raises(TurnArchiveError, match="expected 600"):
+        archive.store(rid(1), at, payload(at))
+    with pytest.raises(TurnArchiveError, match="is unreadable"):
+        archive.turns(since=date(2026, 1, 1))
+    path.chmod(0o600)
+    # Nor is one larger than a record can be.
+    big = json.dumps({"admitted_at": at, "text": "x" * MAX_RECORD_BYTES}).encode()
+    path.write_bytes(big)
+    turn = ArchivedTurn(id=rid(1), admitted_at=at, day="2026-12-01")
+    with pytest.raises(TurnArchiveError, match="more than"):
+        archive.load(turn)
+    with pytest.raises(TurnArchiveError, match="more than"):
+        archive.store(rid(1), at, big)
+    with pytest.raises(TurnArchiveError, match="is unreadable"):
+        archive.turns(since=date(2026, 1, 1))
+
+
+def test_listing_skips_names_that_are_not_turns_and_honours_a_cursor_on_the_first_day(tmp_path: Path) -> None:
+    archive = TurnArchive(tmp_path)
+    stock(archive)
+    for day in ("2026-12-01", "2026-12-02"):
+        (tmp_path / ".turn-archive" / day / ".notes").write_text("sorts first, not a turn")
+    assert [t.id for t in archive.turns(since=date(2026, 12, 2))] == [rid(4), rid(5)]
+    cursor = ("2026-12-02T00:00:00.000Z", "")
+    assert [t.id for t in archive.turns(since=date(2026, 12, 2), after=cursor)] == [rid(4), rid(5)]
+    assert [t.id for t in archive.turns(since=date(2026, 1, 1))] == [rid(2), rid(1), rid(3), rid(4), rid(5)]
+
+
+def test_retention_of_one_day_keeps_today_and_yesterday(tmp_path: Path) -> None:
+    archive = TurnArchive(tmp_path)
+    stock(archive)
+    now = datetime(2026, 12, 3, 6, 0, tzinfo=UTC)
+    assert archive.within_retention("2026-12-02T00:00:00.000Z", keep_days=1, now=now)
+    assert not archive.within_retention("2026-12-01T23:59:59.999Z", keep_days=1, now=now)
+    assert archive.prune(keep_days=1, now=now) == 1
+    assert archive.days() == ["2026-12-02", "2026-12-03"]
