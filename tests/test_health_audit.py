@@ -251,3 +251,85 @@ def test_a_leftover_temp_file_in_the_ledger_folder_is_found_and_removed(intake: 
     assert report(intake)[2] == ["leftover temp file: .capture-intake/ledger/.shard-00.tmp-77"]
     assert tidy(intake, now=LATER).temp_files_removed == 1
     assert not leftover.exists()
+
+
+def uncatalogued(intake: Intake, run_id: str) -> str:
+    """A record whose ledger append was fsynced but whose catalog commit was not (a kill in between)."""
+    from tempomem.storage.ledger import entry_bytes, shard_index
+
+    record = record_without_ledger_entry(intake, run_id)
+    digest = __import__("hashlib").sha256((intake.pending_dir / record).read_bytes()).hexdigest()
+    shard = intake.base / "ledger" / f"shard-{shard_index(record):02x}"
+    fd = os.open(shard, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, entry_bytes(record, digest))
+    finally:
+        os.close(fd)
+    return record
+
+
+def test_health_accepts_an_append_its_record_vouches_for_and_reports_a_corrupt_ledger(tmp_path: Path) -> None:
+    vouched = Intake(tmp_path / "one")
+    admit(vouched, "first")  # creates the ledger and its catalog
+    uncatalogued(vouched, "second")
+    r = audit(vouched.root, now=LATER)
+    assert (r.status, r.ledger_entries, r.problems) == ("in_progress", 2, [])
+    # An uncatalogued entry that no record vouches for fails closed: health says so, for the ledger and
+    # for each record whose check needs the ledger.
+    bare = Intake(tmp_path / "two")
+    admit(bare, "first")
+    record = uncatalogued(bare, "second")
+    (bare.pending_dir / record).unlink()
+    r = audit(bare.root, now=LATER)
+    assert r.status == "degraded" and r.ledger_entries is None
+    assert r.problems[0].startswith("ledger: ledger shard ")
+    assert r.problems[0].endswith("has an uncatalogued entry without an exact intake receipt")
+
+
+def test_every_bad_receipt_is_reported_and_every_folder_mode_checked(intake: Intake) -> None:
+    records = [admit(intake, f"r{i}") for i in range(2)]
+    for record in records:
+        intake.resolve(record, outcome="success", now=T0)
+        (intake.resolved_dir / f"{record}.receipt.json").write_bytes(b"{broken")
+    intake.dead_dir.rmdir()  # a folder that is missing is skipped, the ones after it still checked
+    intake.resolved_dir.chmod(0o755)
+    problems = report(intake)[2]
+    assert sorted(p for p in problems if p.startswith("receipt ")) == sorted(
+        f"receipt {r}: IntakeCorruptError" for r in records
+    )
+    assert "mode: .capture-intake/resolved is 755, expected 700" in problems
+
+
+def test_sidecar_ends_checked_by_kind(intake: Intake) -> None:
+    from tempomem.storage.markdown import Bullet, append_bullets
+
+    intake.root.mkdir(mode=0o700, parents=True)
+    line = Bullet(
+        signifier="–",
+        text="A line.",
+        id="c-0001",
+        type="fact",
+        status="open",
+        recorded="2026-12-01T09:00:00.000Z",
+    )
+    append_bullets(intake.root / "daily" / "2026-12-01.md", "2026-12-01", [line])
+
+    def edge(kind: str, to: str) -> dict:
+        entry = {
+            "id": replay_projection.entry_id(kind, "c-0001", to),
+            "kind": kind,
+            "from": "c-0001",
+            "to": to,
+            "at": "2026-12-01T09:00:00.000Z",
+            "authority": {
+                "kind": "capture",
+                "digest": replay_projection.authority_digest("capture", "x", "c-0001", to),
+            },
+        }
+        if kind == "thread":
+            entry["weight"] = 1
+        return entry  # fmt: skip
+
+    replay_projection.apply_delta(intake.root, [edge("thread", "c-gone")])
+    [entry] = replay_projection.load(intake.root).entries
+    assert report(intake)[3] == [f"thread {entry.id}: no canonical line c-gone"]

@@ -344,3 +344,57 @@ def test_the_retry_schedule_keeps_its_shape_when_scaled() -> None:
     for bad in (0, RETRY_MAX_ATTEMPTS + 1):
         with pytest.raises(ValueError, match=f"attempt must be 1..{RETRY_MAX_ATTEMPTS}, got {bad}"):
             retry_delay_seconds(bad)
+
+
+def test_failure_state_on_disk_and_retry_exactly_at_the_due_instant(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    intake.begin_attempt(record, now=T0)
+    intake.record_failure(record, FailureCategory.INDEX_ERROR, retry_in=timedelta(minutes=2), now=T0)
+    assert state_file(intake.pending_dir, record) == {
+        "attempts": 1,
+        "due_at": "2026-12-01T09:02:00.000Z",
+        "failure_category": "index_error",
+        "retained_plan": False,
+        "revision": 2,
+        "state": "pending",
+        "updated_at": "2026-12-01T09:00:00.000Z",
+    }
+    # At the due instant the record is due already: retry has nothing to do.
+    assert intake.retry(record, now=T0 + timedelta(minutes=2)) is False
+    assert intake.retry(record, now=T0 + timedelta(minutes=1)) is True
+
+
+def test_receipt_checks_fail_closed_and_imports_are_written_compactly(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    receipt = intake.resolve(record, outcome="success", now=T0)
+    (intake.resolved_dir / f"{record}.receipt.json").write_bytes(b"{broken")
+    assert intake.has_receipt(record, receipt.payload_sha256) is False
+    with pytest.raises(IntakeCorruptError, match=f"receipt of intake record {record} is malformed"):
+        intake.receipt(record)
+    intake.add_imported([("b" * 64, "1" * 64), ("a" * 64, "2" * 64)])
+    assert (
+        intake.imported_path.read_bytes()
+        == f'[["{"a" * 64}","{"2" * 64}"],["{"b" * 64}","{"1" * 64}"]]'.encode()
+    )
+
+
+def test_operator_resolution_of_a_dead_record_with_a_plan_is_refused_by_name(intake: Intake) -> None:
+    record = admit(intake, "r1")
+    intake.save_plan(record, b"{}", now=T0)
+    intake.dead_letter(record, FailureCategory.LLM_ERROR, now=T0)
+    with pytest.raises(RetainedPlanError, match=f"intake record {record} holds a recoverable retained plan"):
+        intake.operator_resolve(record, "accepted-loss", now=T0)
+    assert intake.list_ids(RecordState.DEAD) == [record]
+
+
+def test_one_receipt_over_the_limit_prunes_exactly_one(
+    intake: Intake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(intake_mod, "MAX_RESOLVED_RECEIPTS", 3)
+    records = [admit(intake, f"r{i}", minutes=i) for i in range(4)]
+    for i, record in enumerate(records[:3]):
+        intake.resolve(record, outcome="success", now=T0)
+        os.utime(intake.resolved_dir / f"{record}.receipt.json", ns=(i * 10**9, i * 10**9))
+    assert len(names(intake.resolved_dir)) == 3  # at the limit: nothing pruned
+    intake.resolve(records[3], outcome="success", now=T0)
+    assert names(intake.resolved_dir) == sorted(f"{r}.receipt.json" for r in records[1:])
