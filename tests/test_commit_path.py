@@ -11,6 +11,7 @@ covered by tests/test_capture_pipeline.py.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -261,6 +262,12 @@ def test_plan_edges_publish_supersession_and_threads_only() -> None:
         ("thread", fact_id("rec", 1), "c-task", 1),
     ]
     assert all(e["at"] == "2026-12-01T09:00:00Z" and e["authority"]["kind"] == "capture" for e in edges)
+    assert [e["authority"]["digest"] for e in edges] == [
+        replay_projection.authority_digest("capture", "rec", e["from"], e["to"]) for e in edges
+    ]
+    assert [e["id"] for e in edges] == [
+        replay_projection.entry_id(e["kind"], e["from"], e["to"]) for e in edges
+    ]
 
 
 STEPS = ("markdown", "graph", "sidecar", "index")
@@ -319,3 +326,82 @@ async def test_each_commit_boundary_leaves_a_readable_store_and_converges(
     await run_reconcile(ctx, record)
     assert canonical(ctx.root) == expected
     assert index_ids(ctx.root) - before == ids
+
+
+def test_current_lines_carry_every_field_reconciliation_reads(tmp_path: Path) -> None:
+    from tempomem.activities.plan import Existing, PlanLabel
+    from tempomem.storage.markdown import Bullet, append_bullets
+
+    label = {"kind": "preference", "scope": "food", "key": "diet", "value": "vegan", "attribution": "owner"}
+    rec = "2026-12-01T09:00:00.000Z"
+    lines = [
+        Bullet(signifier="–", text="Ana is vegan.", id="c-0001", type="fact", status="open", recorded=rec,
+               due="2026-12-31", labels=json.dumps([label]), entities=(ANA,), src="user", attr="owner"),
+        Bullet(signifier="–", text="Bad labels.", id="c-0002", type="fact", status="done", recorded=rec,
+               labels="not json"),
+        Bullet(signifier="–", text="Dropped.", id="c-0003", type="note", status="dropped", recorded=rec),
+        Bullet(signifier="–", text="Invalidated.", id="c-0004", type="note", status="invalidated",
+               recorded=rec),
+    ]  # fmt: skip
+    append_bullets(tmp_path / "daily" / "2026-12-01.md", "2026-12-01", lines)
+    assert current_lines(tmp_path) == [
+        Existing(id="c-0001", text="Ana is vegan.", type="fact", signifier="–", recorded=rec,
+                 labels=(PlanLabel(**label),), attr="owner", src="user", entities=(ANA,), status="open",
+                 due="2026-12-31"),
+        Existing(id="c-0002", text="Bad labels.", type="fact", signifier="–", recorded=rec, status="done"),
+    ]  # fmt: skip
+
+
+async def test_noop_and_drop_decisions_write_nothing_and_do_not_stop_the_rest(
+    tmp_path: Path, embedder
+) -> None:
+    ctx = context(tmp_path / "mem", embedder)
+    record = admit(ctx, "r1", 0)
+    plan = RetainedPlan(
+        memories=tuple(mem(i, f"Memory number {i}.") for i in range(4)),
+        entities=(),
+        relations=(),
+        reviewed=True,
+        decisions=(decide(0, "NOOP"), decide(1, "DROP"), decide(2), decide(3, "NOOP")),
+    )
+    await reconcile(ctx, record, plan)
+    assert list(lines(ctx.root)) == [fact_id(record, 2)]
+
+
+async def test_a_superseding_intention_inherits_the_end_of_what_it_replaces(tmp_path: Path, embedder) -> None:
+    """INTENT-18: a replacement keeps the target's end date unless it states its own."""
+    ctx = context(tmp_path / "mem", embedder)
+    r1 = admit(ctx, "r1", 0)
+    first = PlanMemory(index=0, text="Plan the Lisbon trip.", kind="fact", source="user", salience=0.9,
+                       entities=(), intent_state="planned", valid_to="2026-12-20")  # fmt: skip
+    plan = RetainedPlan(memories=(first,), entities=(), relations=(), reviewed=True, decisions=(decide(0),))
+    await reconcile(ctx, r1, plan)
+    target = fact_id(r1, 0)
+    assert lines(ctx.root)[target].due == "2026-12-20"  # type: ignore[attr-defined]
+    r2 = admit(ctx, "r2", 5)
+    second = first.model_copy(
+        update={"text": "The Lisbon trip is booked.", "intent_state": "done", "valid_to": None}
+    )
+    await reconcile(
+        ctx,
+        r2,
+        plan.model_copy(
+            update={"memories": (second,), "decisions": (decide(0, "SUPERSEDE", target_id=target),)}
+        ),
+    )
+    new = lines(ctx.root)[fact_id(r2, 0)]
+    assert (new.status, new.due) == ("done", "2026-12-20")  # type: ignore[attr-defined]
+
+
+async def test_reconcile_without_a_plan_is_a_content_free_storage_failure(tmp_path: Path, embedder) -> None:
+    from temporalio.exceptions import ApplicationError
+
+    ctx = context(tmp_path / "mem", embedder)
+    record = admit(ctx, "r1", 0)
+    with pytest.raises(ApplicationError) as err:
+        await run_reconcile(ctx, record)
+    assert (err.value.type, err.value.message, err.value.non_retryable) == (
+        "storage_error",
+        "CaptureFailure",
+        True,
+    )
