@@ -9,7 +9,7 @@ from temporalio.exceptions import ApplicationError
 
 from tempomem.activities.context import StoreContext
 from tempomem.activities.heartbeat import run_blocking
-from tempomem.storage.fsio import exclusive_lock
+from tempomem.storage.fsio import UnsafePathError, exclusive_lock
 from tempomem.storage.intake import FailureCategory, IntakeError
 from tempomem.storage.projection import project
 from tempomem.storage.store_ref import STORE_LOCK
@@ -47,7 +47,7 @@ class ProjectionActivities:
         with exclusive_lock(ctx.root / STORE_LOCK):
             try:
                 projected = project(ctx.root, payload)
-            except OSError as exc:
+            except (OSError, UnsafePathError) as exc:  # e.g. a day file that is a folder or a symlink
                 raise _failure(FailureCategory.STORAGE_ERROR, exc) from None
             if projected.folder != "daily":
                 return ProjectionResult(target=projected.folder, lines_added=len(projected.added), indexed=0)

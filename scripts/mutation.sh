@@ -46,6 +46,10 @@ print("do_not_mutate_patterns = " + arr(mm.get("do_not_mutate_patterns", [])))
 print("pytest_add_cli_args_test_selection = " + arr(tests))
 print("pytest_add_cli_args = " + arr(["-p", "no:cacheprovider", "-m", "not slow and not crash",
                                      "--hypothesis-profile=mutation"]))
+# Fork each mutant from a server that has imported the tests but never run them: a process forked after
+# LanceDB started its runtime (the stats run) can deadlock in the child, and each such mutant then waits
+# out its timeout.
+print('process_isolation = "forkserver"')
 print("[tool.pytest.ini_options]")
 for k, v in pt.items():
     print(f"{k} = {arr(v) if isinstance(v, list) else json.dumps(v)}")

@@ -199,3 +199,58 @@ def test_adoption_with_only_undecided_plans_counts_nothing(tmp_path: Path) -> No
     ctx.intake.save_plan(noop, plan((PlanDecision(index=0, action="NOOP", via="classifier"),)), now=T0)
     assert adopt_replay(ctx.root).model_dump() == {"status": "nothing_to_adopt", "intents": 1, "entries": 0}
     assert not replay_projection.sidecar_path(ctx.root).exists()
+
+
+async def test_an_unwritable_day_file_is_a_storage_failure_and_the_record_stays(
+    tmp_path: Path, caplog
+) -> None:
+    ctx = context(tmp_path / "mem")
+    record = admit(ctx, "r1")
+    (ctx.root / "daily" / "2026-12-01.md").mkdir(parents=True)  # where the day file should be
+    with pytest.raises(ApplicationError) as err:
+        await run(ProjectionActivities(ctx).project, RecordRef(record, ctx.store_id))
+    assert (err.value.type, err.value.message, err.value.non_retryable) == (
+        "storage_error",
+        "UnsafePathError",
+        True,
+    )
+    assert "projection failed: storage_error (UnsafePathError)" in caplog.text
+    assert ctx.intake.view(record, now=T0).state is RecordState.PENDING
+
+
+async def test_an_index_that_cannot_be_written_is_an_index_failure(tmp_path: Path) -> None:
+    ctx = context(tmp_path / "mem")
+    record = admit(ctx, "r1")
+    (ctx.root / "index").write_bytes(b"")  # a file where the index folder goes
+    with pytest.raises(ApplicationError) as err:
+        await run(ProjectionActivities(ctx).project, RecordRef(record, ctx.store_id))
+    assert err.value.type == "index_error" and err.value.non_retryable
+    assert len(list(iter_bullets(ctx.root, "daily"))) == 1  # the Markdown line is written; a retry indexes it
+
+
+async def test_a_recuration_record_projects_nothing(tmp_path: Path) -> None:
+    from tempomem.storage.intake import build_payload
+
+    ctx = context(tmp_path / "mem", tier="bujo")
+    turn = CompletedTurn(run_id="again", conversation_id="web:c1", final_answer="Ana moved.", admitted_at=T0)
+    payload = build_payload(turn, write_mode="capture", tier="bujo").model_copy(
+        update={"recurate_of": "a" * 64}
+    )
+    assert ctx.intake.admit(payload) == "admitted"
+    result = await run(ProjectionActivities(ctx).project, RecordRef(payload.id, ctx.store_id))
+    assert result == ProjectionResult(target="audit", lines_added=0, indexed=0)
+    assert not (ctx.root / "audit").exists()
+
+
+async def test_only_the_journal_tier_embeds_its_observations(tmp_path: Path) -> None:
+    from tempomem.recall.embedding import LocalMiniLMEmbedder
+
+    embedder = LocalMiniLMEmbedder()
+    for tier, expected in (("journal", embedder.identity.as_dict()), ("lite", None)):
+        ctx = context(tmp_path / tier, tier=tier)
+        ctx.embedder = embedder
+        record = admit(ctx, "r1")
+        result = await run(ProjectionActivities(ctx).project, RecordRef(record, ctx.store_id))
+        assert result.target == "daily"
+        manifest = MemoryIndex(ctx.root, None).manifest()
+        assert manifest is not None and manifest.get("embedding") == expected, tier
