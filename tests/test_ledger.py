@@ -244,3 +244,72 @@ def test_sigkill_before_catalog_then_other_run_in_same_shard_recovers(tmp_path: 
     assert admit(root, second) == "admitted"
     intake = Intake(root)
     assert intake.ledger.verify_all(intake.has_receipt) == 2
+
+
+def empty_catalog() -> bytes:
+    from tempomem.storage.ledger import (
+        CATALOG_HEADER,
+        CATALOG_MAGIC,
+        CATALOG_SLOT,
+        CATALOG_VERSION,
+        EMPTY_DIGEST,
+    )
+    from tempomem.storage.limits import CATALOG_SLOTS
+
+    header = CATALOG_HEADER.pack(CATALOG_MAGIC, CATALOG_VERSION, CATALOG_SLOTS)
+    return header + CATALOG_SLOT.pack(0, EMPTY_DIGEST) * CATALOG_SLOTS
+
+
+@pytest.mark.parametrize(
+    ("shards", "repaired"),
+    [
+        ({}, True),  # catalog written, killed before the ledger folder and the marker
+        ({"shard-00": b""}, True),  # an empty shard file: nothing was ever committed
+        ({"shard-00": b"x"}, False),  # bytes no catalog vouches for
+        ({"shard-00/": b""}, False),  # something that is not a shard file
+    ],
+)
+def test_an_interrupted_first_creation_is_finished_only_when_nothing_was_committed(
+    tmp_path: Path, shards: dict[str, bytes], repaired: bool
+) -> None:
+    """INTAKE-25 and issue #13 item 1, in-process: the exact states a kill inside the first admission
+    can leave, and the ones it cannot (which stay fail-closed)."""
+    from tempomem.storage.ledger import SCHEMA_MARKER, SCHEMA_VERSION, LedgerIntegrityError
+
+    intake = Intake(tmp_path / "mem")
+    intake.ensure_layout()
+    catalog = intake.base / "catalog"
+    catalog.write_bytes(empty_catalog())
+    catalog.chmod(0o600)
+    if shards:
+        (intake.base / "ledger").mkdir(mode=0o700)
+    for name, data in shards.items():
+        path = intake.base / "ledger" / name.rstrip("/")
+        if name.endswith("/"):
+            path.mkdir()
+        else:
+            path.write_bytes(data)
+            path.chmod(0o600)
+    marker = intake.root / SCHEMA_MARKER
+    if repaired:
+        assert intake.ledger.exists() is True
+        assert marker.read_bytes() == SCHEMA_VERSION
+    else:
+        with pytest.raises(LedgerIntegrityError, match="schema marker missing while the other exists"):
+            intake.ledger.exists()
+        assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["committed_slot", "wrong_size"])
+def test_a_catalog_that_commits_anything_is_never_treated_as_an_interrupted_creation(
+    tmp_path: Path, damage: str
+) -> None:
+    from tempomem.storage.ledger import SCHEMA_MARKER, LedgerIntegrityError
+
+    admit(tmp_path / "mem", "r1")  # a real catalog with one committed slot
+    intake = Intake(tmp_path / "mem")
+    (intake.root / SCHEMA_MARKER).unlink()
+    if damage == "wrong_size":
+        (intake.base / "catalog").write_bytes(empty_catalog()[:-1])
+    with pytest.raises(LedgerIntegrityError, match="schema marker missing while the other exists"):
+        intake.ledger.exists()
