@@ -470,3 +470,22 @@ def test_contains_credential(text: str, expected: bool) -> None:
 )
 def test_unsafe_reason(text: str, reason: str | None) -> None:
     assert unsafe_reason(text) == reason
+
+
+@pytest.mark.parametrize(
+    ("data", "reason", "detail"),
+    [
+        (b'{"entries":[],"version":NaN}', "non_canonical", "NaN or Infinity"),
+        (b'{"entries":[],"version":1.5}', "non_canonical", "non-integer number"),
+        (b'{"entries":[],"version":1}\xff', "not_utf8", ""),
+    ],
+)
+def test_sidecar_errors_carry_a_reason_and_a_content_free_detail(
+    data: bytes, reason: str, detail: str
+) -> None:
+    from tempomem.storage.replay_projection import SidecarError, parse
+
+    with pytest.raises(SidecarError) as err:
+        parse(data)
+    assert (err.value.reason, err.value.detail) == (reason, detail)
+    assert str(err.value) == (f"{reason}: {detail}" if detail else reason)
