@@ -506,3 +506,22 @@ def test_unsafe_sidecar_fails_closed_before_any_write(root: Path, minilm: LocalM
     with pytest.raises(SidecarError):
         bujo(root, minilm, "The printer on floor 2 is gone", supersedes="c-note")
     assert snapshot(root) == before
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("👩\u200d💻 codes", None),  # a ZWJ sequence between two pictographs
+        ("👩🏻\u200d💻 codes", None),  # after a skin-tone modifier (U+1F3FB)
+        ("👩🏿\u200d💻 codes", None),  # after the last skin-tone modifier (U+1F3FF)
+        ("❤\ufe0f\u200d🔥 hot", None),  # after an emoji presentation selector (U+FE0F)
+        ("\U0001f3fc\u200da", "zero_width"),  # a modifier on one side only
+        ("a\u200d👩", "zero_width"),
+        ("x\u200dy", "zero_width"),
+    ],
+)
+def test_zwj_is_allowed_only_inside_emoji_sequences(text: str, reason: str | None) -> None:
+    """AMB-25: the zero-width joiner is text inside emoji and an invisible trick anywhere else."""
+    from tempomem.storage.credentials import unsafe_characters
+
+    assert unsafe_characters(text) == reason
