@@ -208,3 +208,34 @@ def test_exclusive_lock_excludes_another_holder_and_releases(tmp_path: Path) -> 
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it after the block
     finally:
         os.close(fd)
+
+
+def test_the_liveness_fence_excludes_a_second_holder_and_names_what_waits(tmp_path: Path) -> None:
+    """AMB-02: the worker holds the fence; an operator command probing it is refused, by name."""
+    from tempomem.storage.fence import FENCE_FILE, AgentRunningError, fence_is_held, hold_fence
+
+    root = tmp_path / "mem"
+    assert fence_is_held(root) is False  # nobody holds it (and probing creates the store folder 0700)
+    assert mode(root) == 0o700
+    with hold_fence(root, what="worker"):
+        assert mode(root / FENCE_FILE) == 0o600
+        assert fence_is_held(root) is True
+        with (
+            pytest.raises(
+                AgentRunningError,
+                match=f"the agent or worker of {root} is running; stop it before this rebuild",
+            ),
+            hold_fence(root, what="rebuild"),
+        ):
+            pass
+    assert fence_is_held(root) is False
+
+
+def test_a_store_is_path_named_only_while_its_id_is_its_path_hash(tmp_path: Path) -> None:
+    from tempomem.storage.store_ref import is_path_named, path_store_id, store_id
+
+    root = tmp_path / "mem"
+    root.mkdir(mode=0o700)
+    assert is_path_named(root, path_store_id(root)) is True
+    assert is_path_named(root, store_id(root)) is (store_id(root) == path_store_id(root))
+    assert is_path_named(root, "0" * 16) is False
