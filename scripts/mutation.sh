@@ -3,6 +3,7 @@
 # activities/ (projection, intake bookkeeping, adoption, the semantic commit in curation).
 #
 #   bash scripts/mutation.sh            # run (or resume) and print the kill rate
+#   bash scripts/mutation.sh run NAME…  # run these mutants again (e.g. survivors, after new tests)
 #   bash scripts/mutation.sh report     # the kill rate of the last run, per file
 #   bash scripts/mutation.sh results    # mutmut's own list of survivors
 #   bash scripts/mutation.sh show NAME  # the diff of one mutant
@@ -54,9 +55,11 @@ print("[tool.pytest.ini_options]")
 for k, v in pt.items():
     print(f"{k} = {arr(v) if isinstance(v, list) else json.dumps(v)}")
 EOF
-  # Keep mutmut's results when the sources are unchanged; start over when they differ.
-  if [ -d "$work/src" ] && diff -rq -x mutants -x __pycache__ -x 'mutmut-stats.json' "$stage/src" "$work/src" >/dev/null \
-      && diff -rq -x __pycache__ "$stage/tests" "$work/tests" >/dev/null && cmp -s "$stage/pyproject.toml" "$work/pyproject.toml"; then
+  # Same configuration: bring sources and tests up to date and keep mutmut's results (it regenerates the
+  # mutants of changed functions and collects stats for new tests); another configuration starts over.
+  if [ -d "$work/mutants" ] && cmp -s "$stage/pyproject.toml" "$work/pyproject.toml"; then
+    rm -rf "$work/src" "$work/tests"
+    mv "$stage/src" "$stage/tests" "$work/"
     rm -rf "$stage"
     return
   fi
@@ -73,7 +76,8 @@ case "${1:-run}" in
     # Child processes that tests start (the crash helpers, concurrent readers) import the installed,
     # unmutated package: mutmut's trampolines cannot read their configuration from another directory.
     # A mutant on such a path is killed, or not, by what the parent process checks.
-    "$root/.venv/bin/mutmut" run --max-children "${TEMPOMEM_MUTATION_JOBS:-2}" || true
+    # Extra arguments name mutants to run again (after new tests), e.g. the survivors of the last run.
+    "$root/.venv/bin/mutmut" run --max-children "${TEMPOMEM_MUTATION_JOBS:-2}" "${@:2}" || true
     "$py" "$root/scripts/mutation_report.py" "$root" "$work"
     ;;
   report)

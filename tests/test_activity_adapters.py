@@ -214,7 +214,9 @@ async def test_an_unwritable_day_file_is_a_storage_failure_and_the_record_stays(
         "UnsafePathError",
         True,
     )
-    assert "projection failed: storage_error (UnsafePathError)" in caplog.text
+    assert [r.getMessage() for r in caplog.records if "projection failed" in r.getMessage()] == [
+        "projection failed: storage_error (UnsafePathError)"
+    ]
     assert ctx.intake.view(record, now=T0).state is RecordState.PENDING
 
 
@@ -254,3 +256,20 @@ async def test_only_the_journal_tier_embeds_its_observations(tmp_path: Path) -> 
         assert result.target == "daily"
         manifest = MemoryIndex(ctx.root, None).manifest()
         assert manifest is not None and manifest.get("embedding") == expected, tier
+
+
+async def test_an_embedder_outage_is_its_own_failure_and_the_log_names_only_types(
+    tmp_path: Path, caplog
+) -> None:
+    from tempomem.recall.embedding import HttpEmbedder
+
+    ctx = context(tmp_path / "mem", tier="journal")
+    ctx.embedder = HttpEmbedder("ollama", "nomic-embed-text", 768, "http://127.0.0.1:9")  # nothing listens
+    record = admit(ctx, "r1", text="my pin is 4711")
+    with pytest.raises(ApplicationError) as err:
+        await run(ProjectionActivities(ctx).project, RecordRef(record, ctx.store_id))
+    assert (err.value.type, err.value.non_retryable) == ("embedding_unavailable", True)
+    assert err.value.message == "EmbeddingError"
+    messages = [r.getMessage() for r in caplog.records if "projection failed" in r.getMessage()]
+    assert messages == ["projection failed: embedding_unavailable (EmbeddingError)"]
+    assert "4711" not in caplog.text

@@ -208,6 +208,7 @@ def test_index_md_is_exactly_this_text(tmp_path: Path) -> None:
     assert (root / INDEX_NAME).read_text(encoding="utf-8") == EXPECTED_INDEX
     assert report.index_bytes == len(EXPECTED_INDEX.encode())
     assert (report.graph_truncated, report.graph_error, report.entity_groups_shown) == (False, None, 3)
+    assert report.index_sha256 == hashlib.sha256(EXPECTED_INDEX.encode()).hexdigest()
 
 
 def test_empty_or_unreadable_parts_get_their_own_sentence(tmp_path: Path) -> None:
@@ -279,3 +280,20 @@ def test_groups_rank_by_size_then_first_appearance_and_relations_count_each(tmp_
     assert (exact.scanned, exact.truncated) == (5, False)  # a ceiling equal to the rows truncates nothing
     short = entity_preview(root, ceiling=4)
     assert (short.scanned, short.truncated) == (4, True)
+
+
+def test_a_group_lists_every_other_id_it_collapsed(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    root.mkdir()
+    graph.apply(
+        root,
+        entities=[
+            {"id": "person:a1", "name": "Ana", "type": "person", "memories": ["c-0001"]},
+            {"id": "person:a2", "name": "ANA", "type": "person", "memories": ["c-0002"]},
+            {"id": "person:a3", "name": "ana", "type": "person", "memories": ["c-0003"]},
+        ],
+    )
+    assert (
+        "- **Ana** (person) — 3 memories · 0 relations · `person:a1` · also person:a2, person:a3\n"
+        in (render_index(root)[0])
+    )

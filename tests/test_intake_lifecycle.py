@@ -340,6 +340,7 @@ def test_the_retry_schedule_keeps_its_shape_when_scaled() -> None:
 
     scaled = [retry_delay_seconds(n, 1) for n in range(1, RETRY_MAX_ATTEMPTS + 1)]
     assert scaled == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 360, 360, 360, 360, 360, 360]
+    assert all(type(d) is int for d in scaled)  # whole seconds: Temporal timers and due_at take them
     assert [retry_delay_seconds(n, 2) for n in (2, 11)] == [2, 720]
     for bad in (0, RETRY_MAX_ATTEMPTS + 1):
         with pytest.raises(ValueError, match=f"attempt must be 1..{RETRY_MAX_ATTEMPTS}, got {bad}"):
@@ -349,19 +350,20 @@ def test_the_retry_schedule_keeps_its_shape_when_scaled() -> None:
 def test_failure_state_on_disk_and_retry_exactly_at_the_due_instant(intake: Intake) -> None:
     record = admit(intake, "r1")
     intake.begin_attempt(record, now=T0)
-    intake.record_failure(record, FailureCategory.INDEX_ERROR, retry_in=timedelta(minutes=2), now=T0)
+    failed_at = T0 + timedelta(seconds=5)
+    intake.record_failure(record, FailureCategory.INDEX_ERROR, retry_in=timedelta(minutes=2), now=failed_at)
     assert state_file(intake.pending_dir, record) == {
         "attempts": 1,
-        "due_at": "2026-12-01T09:02:00.000Z",
+        "due_at": "2026-12-01T09:02:05.000Z",
         "failure_category": "index_error",
         "retained_plan": False,
         "revision": 2,
         "state": "pending",
-        "updated_at": "2026-12-01T09:00:00.000Z",
+        "updated_at": "2026-12-01T09:00:05.000Z",
     }
     # At the due instant the record is due already: retry has nothing to do.
-    assert intake.retry(record, now=T0 + timedelta(minutes=2)) is False
-    assert intake.retry(record, now=T0 + timedelta(minutes=1)) is True
+    assert intake.retry(record, now=failed_at + timedelta(minutes=2)) is False
+    assert intake.retry(record, now=failed_at + timedelta(minutes=1)) is True
 
 
 def test_receipt_checks_fail_closed_and_imports_are_written_compactly(intake: Intake) -> None:
@@ -398,3 +400,11 @@ def test_one_receipt_over_the_limit_prunes_exactly_one(
     assert len(names(intake.resolved_dir)) == 3  # at the limit: nothing pruned
     intake.resolve(records[3], outcome="success", now=T0)
     assert names(intake.resolved_dir) == sorted(f"{r}.receipt.json" for r in records[1:])
+
+
+def test_fit_record_leaves_a_small_record_as_it_is() -> None:
+    from tempomem.storage.intake import build_payload, fit_record
+
+    turn = CompletedTurn(run_id="r", conversation_id="c", final_answer="short", admitted_at=T0)
+    payload = build_payload(turn, write_mode="capture", tier="bujo")
+    assert fit_record(payload) == payload

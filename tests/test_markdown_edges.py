@@ -154,3 +154,17 @@ def test_the_markdown_reader_never_raises_and_round_trips(text: str) -> None:
     assert serialize_document(doc) == text or "\r" in text  # every line survives a rewrite verbatim
     again = parse_document(serialize_document(doc))
     assert serialize_document(again) == serialize_document(doc)
+
+
+def test_single_line_legacy_bullets_and_a_bom_are_not_damage(tmp_path: Path) -> None:
+    """The legacy one-line form (head and metadata on one line) parses, also as a file's first line
+    behind a BOM; only a line whose metadata does not parse is reported, by file and line."""
+    from tempomem.storage.markdown import damaged_bullets
+
+    legacy = "- – A line. <!--mem id=c-0001 type=fact status=open recorded=2026-12-01T09:00:00.000Z-->"
+    broken = "- – Broken. <!--mem id=?? -->"
+    day = tmp_path / "daily" / "2026-12-01.md"
+    day.parent.mkdir(parents=True)
+    day.write_bytes(("\ufeff" + legacy + "\r\n" + broken + "\r\n").encode())
+    assert damaged_bullets(tmp_path) == ["daily/2026-12-01.md:2"]
+    assert [b.id for _, b in iter_bullets(tmp_path, "daily")] == ["c-0001"]

@@ -63,8 +63,9 @@ def test_store_writes_exact_bytes_owner_only_and_is_idempotent(tmp_path: Path) -
     [("x" * 64, "2026-12-01T09:00:00Z"), (rid(1)[:-1], "2026-12-01T09:00:00Z"), (rid(1), "yesterday")],
 )
 def test_store_refuses_a_bad_id_or_instant(tmp_path: Path, record: str, admitted_at: str) -> None:
-    with pytest.raises(TurnArchiveError, match="64-hex id and an ISO admission instant"):
+    with pytest.raises(TurnArchiveError) as err:
         TurnArchive(tmp_path).store(record, admitted_at, b"{}")
+    assert str(err.value) == "archive needs a 64-hex id and an ISO admission instant"
     assert not (tmp_path / ".turn-archive").exists()
 
 
@@ -151,7 +152,9 @@ def test_prune_drops_whole_days_before_the_window_and_zero_keeps_nothing(tmp_pat
     assert archive.prune(keep_days=3, now=now) == 0  # 2026-12-01 is exactly three days back: kept
     assert archive.prune(keep_days=2, now=now) == 1
     assert archive.days() == ["2026-12-02", "2026-12-03"]
-    assert archive.prune(keep_days=0, now=now) == 2
+    today = "2026-12-04T08:00:00.000Z"
+    archive.store(rid(7), today, payload(today))
+    assert archive.prune(keep_days=0, now=now) == 3  # 0 keeps nothing, not even today
     assert archive.days() == []
     assert archive.prune(keep_days=0, now=now) == 0
 
