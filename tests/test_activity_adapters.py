@@ -273,3 +273,14 @@ async def test_an_embedder_outage_is_its_own_failure_and_the_log_names_only_type
     messages = [r.getMessage() for r in caplog.records if "projection failed" in r.getMessage()]
     assert messages == ["projection failed: embedding_unavailable (EmbeddingError)"]
     assert "4711" not in caplog.text
+
+
+def test_adoption_reads_past_records_without_plans_or_decisions(tmp_path: Path) -> None:
+    ctx = context(tmp_path / "mem", tier="bujo")
+    no_plan, undecided, decided = sorted(admit(ctx, f"r{i}") for i in range(3))  # in the order they are read
+    ctx.intake.save_plan(undecided, plan(None), now=T0)
+    ctx.intake.save_plan(
+        decided, plan((PlanDecision(index=0, action="ADD", via="novel", thread_to="c-task"),)), now=T0
+    )
+    assert adopt_replay(ctx.root).model_dump() == {"status": "adopted", "intents": 1, "entries": 1}
+    assert no_plan != decided

@@ -333,3 +333,56 @@ def test_sidecar_ends_checked_by_kind(intake: Intake) -> None:
     replay_projection.apply_delta(intake.root, [edge("thread", "c-gone")])
     [entry] = replay_projection.load(intake.root).entries
     assert report(intake)[3] == [f"thread {entry.id}: no canonical line c-gone"]
+
+
+def same_shard_run_id(record: str) -> str:
+    from tempomem.storage.intake import intake_id
+
+    return next(f"s{i}" for i in range(100_000) if intake_id(f"s{i}")[:2] == record[:2])
+
+
+def unvouched_entry_beside(intake: Intake, record: str) -> None:
+    """An uncatalogued ledger append in ``record``'s shard that no record or receipt vouches for."""
+    from tempomem.storage.intake import intake_id
+    from tempomem.storage.ledger import entry_bytes, shard_index
+
+    other = intake_id(same_shard_run_id(record))
+    shard = intake.base / "ledger" / f"shard-{shard_index(record):02x}"
+    fd = os.open(shard, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, entry_bytes(other, "0" * 64))
+    finally:
+        os.close(fd)
+
+
+def test_a_record_or_receipt_whose_shard_fails_is_reported_by_id_and_nothing_is_rewritten(
+    intake: Intake,
+) -> None:
+    pending, resolved = admit(intake, "p"), admit(intake, "q")
+    intake.resolve(resolved, outcome="success", now=T0)
+    unvouched_entry_beside(intake, pending)
+    unvouched_entry_beside(intake, resolved)
+    catalog = (intake.base / "catalog").read_bytes()
+    r = audit(intake.root, now=LATER)
+    assert r.status == "degraded"
+    assert f"record {pending}: LedgerIntegrityError" in r.problems
+    assert f"receipt {resolved}: LedgerIntegrityError" in r.problems
+    assert r.counts["pending"] == 0  # a record that cannot be checked is not counted as work
+    assert (intake.base / "catalog").read_bytes() == catalog  # health vouched for nothing
+
+
+def test_terminal_entries_need_only_their_line(intake: Intake) -> None:
+    from tempomem.storage.markdown import Bullet, append_bullets
+
+    intake.root.mkdir(mode=0o700, parents=True)
+    line = Bullet(signifier="–", text="Gone.", id="c-0001", type="fact", status="open",
+                  recorded="2026-12-01T09:00:00.000Z")  # fmt: skip
+    append_bullets(intake.root / "daily" / "2026-12-01.md", "2026-12-01", [line])
+    digest = replay_projection.authority_digest("migration", "c-0001", "forgotten")
+    replay_projection.apply_delta(
+        intake.root,
+        [{"id": replay_projection.entry_id("terminal", "c-0001", "forgotten"), "kind": "terminal",
+          "from": "c-0001", "to": "forgotten", "at": "2026-12-01T09:00:00.000Z",
+          "authority": {"kind": "migration", "digest": digest}}],
+    )  # fmt: skip
+    assert report(intake)[3] == []
