@@ -226,7 +226,11 @@ async def test_an_index_that_cannot_be_written_is_an_index_failure(tmp_path: Pat
     (ctx.root / "index").write_bytes(b"")  # a file where the index folder goes
     with pytest.raises(ApplicationError) as err:
         await run(ProjectionActivities(ctx).project, RecordRef(record, ctx.store_id))
-    assert err.value.type == "index_error" and err.value.non_retryable
+    assert (err.value.type, err.value.message, err.value.non_retryable) == (
+        "index_error",
+        "UnsafePathError",
+        True,
+    )
     assert len(list(iter_bullets(ctx.root, "daily"))) == 1  # the Markdown line is written; a retry indexes it
 
 

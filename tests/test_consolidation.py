@@ -297,3 +297,18 @@ def test_a_group_lists_every_other_id_it_collapsed(tmp_path: Path) -> None:
         "- **Ana** (person) — 3 memories · 0 relations · `person:a1` · also person:a2, person:a3\n"
         in (render_index(root)[0])
     )
+
+
+def test_a_graph_beyond_the_scan_ceiling_says_where_it_stopped(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    root.mkdir()
+    graph.apply(
+        root,
+        entities=[
+            {"id": f"concept:c{i:05d}", "name": f"Topic {i}", "type": "concept", "memories": [f"m-{i}"]}
+            for i in range(10_001)
+        ],
+    )
+    text, report = render_index(root)
+    assert "10000 of 10001 graph rows scanned (ceiling 10000); 50 of 10000 entity groups shown.\n" in text
+    assert (report.graph_truncated, report.graph_rows_scanned) == (True, 10_000)

@@ -168,3 +168,12 @@ def test_single_line_legacy_bullets_and_a_bom_are_not_damage(tmp_path: Path) -> 
     day.write_bytes(("\ufeff" + legacy + "\r\n" + broken + "\r\n").encode())
     assert damaged_bullets(tmp_path) == ["daily/2026-12-01.md:2"]
     assert [b.id for _, b in iter_bullets(tmp_path, "daily")] == ["c-0001"]
+
+
+def test_a_day_file_with_bytes_that_are_not_utf8_is_reported_not_fatal(tmp_path: Path) -> None:
+    from tempomem.storage.markdown import damaged_bullets
+
+    day = tmp_path / "daily" / "2026-12-01.md"
+    day.parent.mkdir(parents=True)
+    day.write_bytes(b"# 2026-12-01\n\n- \xe2\x80 torn <!--mem id=c-0001 type=fact-->\n")
+    assert damaged_bullets(tmp_path) == ["daily/2026-12-01.md:3"]
