@@ -15,6 +15,7 @@ from temporalio.client import Client
 
 from tempomem.storage.intake import RecordState
 from tests.conftest import make_store, running_worker
+from tests.helpers.canonical import canonical_bytes
 from tests.scripted_model import ScriptedModelServer
 from tests.test_capture_flow import outcome_of, wait_until
 from tests.test_capture_pipeline import ANA, T2, extraction, memory, turn
@@ -27,17 +28,6 @@ SECOND = [
     KEEP,
     json.dumps({"decisions": [{"index": 0, "action": "SUPERSEDE", "target": 1, "text": "Ana is vegan."}]}),
 ]
-CANONICAL = ("daily", "graph.jsonl", ".replay-projection-v1.json")
-
-
-def canonical_bytes(root: Path) -> dict[str, bytes]:
-    out = {}
-    for name in CANONICAL:
-        path = root / name
-        for f in sorted(path.rglob("*") if path.is_dir() else [path]):
-            if f.is_file():
-                out[str(f.relative_to(root))] = f.read_bytes()
-    return out
 
 
 def spawn_crash_worker(client: Client, store, model: ScriptedModelServer, step: str) -> subprocess.Popen:

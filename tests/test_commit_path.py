@@ -39,10 +39,10 @@ from tempomem.storage.intake import admit_turn
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
 from tempomem.workflows.common import CurationInput
+from tests.helpers.canonical import canonical_bytes
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 ANA, LISBON = entity_id("person", "Ana"), entity_id("place", "Lisbon")
-CANONICAL = ("daily", "graph.jsonl", ".replay-projection-v1.json")
 
 
 @pytest.fixture(scope="module")
@@ -96,16 +96,6 @@ async def run_reconcile(ctx: StoreContext, record: str) -> None:
     await ActivityEnvironment().run(CurationActivities(ctx).reconcile, inp)
 
 
-def canonical(root: Path) -> dict[str, bytes]:
-    out = {}
-    for name in CANONICAL:
-        path = root / name
-        for f in sorted(path.rglob("*") if path.is_dir() else [path]):
-            if f.is_file():
-                out[str(f.relative_to(root))] = f.read_bytes()
-    return out
-
-
 def lines(root: Path) -> dict[str, object]:
     return {b.id: b for _, b in iter_bullets(root, "daily")}
 
@@ -156,9 +146,9 @@ async def test_commit_publishes_each_place_once(tmp_path: Path, embedder) -> Non
     assert plan.committed
 
     # RPL-07: a repeated reconciliation (a retry after the commit) changes no byte and adds no row.
-    before = canonical(ctx.root)
+    before = canonical_bytes(ctx.root)
     await run_reconcile(ctx, record)
-    assert canonical(ctx.root) == before
+    assert canonical_bytes(ctx.root) == before
     assert index_ids(ctx.root) == {first, second}
     report = audit(ctx.root, now=T0 + timedelta(hours=2))
     assert (report.problems, report.mismatches) == ([], [])
@@ -297,7 +287,7 @@ async def test_each_commit_boundary_leaves_a_readable_store_and_converges(
     await reconcile(whole, admit(whole, "r0", 0), earlier)
     rec = admit(whole, "r1", 1)
     await reconcile(whole, rec, two_facts_threaded(rec))
-    expected = canonical(whole.root)
+    expected = canonical_bytes(whole.root)
 
     ctx = context(tmp_path / "mem", embedder)
     await reconcile(ctx, admit(ctx, "r0", 0), earlier)
@@ -324,7 +314,7 @@ async def test_each_commit_boundary_leaves_a_readable_store_and_converges(
 
     monkeypatch.setattr(curation, "commit_step", lambda name: None)
     await run_reconcile(ctx, record)
-    assert canonical(ctx.root) == expected
+    assert canonical_bytes(ctx.root) == expected
     assert index_ids(ctx.root) - before == ids
 
 

@@ -34,6 +34,33 @@ def admit(intake: Intake, run_id: str) -> str:
     return result.intake_id
 
 
+def edge(kind: str, from_: str, to: str, authority: str = "capture") -> dict:
+    """A replay sidecar entry (RPL-01) as the commit or a migration writes it."""
+    entry = {
+        "id": replay_projection.entry_id(kind, from_, to),
+        "kind": kind,
+        "from": from_,
+        "to": to,
+        "at": "2026-12-01T09:00:00.000Z",
+        "authority": {
+            "kind": authority,
+            "digest": replay_projection.authority_digest(authority, "x", from_, to),
+        },
+    }
+    if kind == "thread":
+        entry["weight"] = 1
+    return entry
+
+
+def line(root: Path, bullet_id: str) -> None:
+    from tempomem.storage.markdown import Bullet, append_bullets
+
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    b = Bullet(signifier="–", text="A line.", id=bullet_id, type="fact", status="open",
+               recorded="2026-12-01T09:00:00.000Z")  # fmt: skip
+    append_bullets(root / "daily" / "2026-12-01.md", "2026-12-01", [b])
+
+
 @pytest.fixture
 def intake(tmp_path: Path) -> Intake:
     return Intake(tmp_path / "mem")
@@ -73,13 +100,7 @@ def test_status_precedence_from_in_progress_to_degraded(intake: Intake) -> None:
 
     # A replay edge naming a line that is not in the Markdown: canonical_mismatch (RPL-10).
     intake.root.joinpath("daily").mkdir(mode=0o700)
-    digest = replay_projection.authority_digest("capture", "x", "c-gone", "c-new")
-    replay_projection.apply_delta(
-        intake.root,
-        [{"id": replay_projection.entry_id("supersede", "c-gone", "c-new"), "kind": "supersede",
-          "from": "c-gone", "to": "c-new", "at": "2026-12-01T09:00:00.000Z",
-          "authority": {"kind": "capture", "digest": digest}}],
-    )  # fmt: skip
+    replay_projection.apply_delta(intake.root, [edge("supersede", "c-gone", "c-new")])
     entry = replay_projection.load(intake.root).entries[0]
     status, _, problems, mismatches = report(intake)
     assert (status, problems) == ("canonical_mismatch", [])
@@ -301,36 +322,8 @@ def test_every_bad_receipt_is_reported_and_every_folder_mode_checked(intake: Int
 
 
 def test_sidecar_ends_checked_by_kind(intake: Intake) -> None:
-    from tempomem.storage.markdown import Bullet, append_bullets
-
-    intake.root.mkdir(mode=0o700, parents=True)
-    line = Bullet(
-        signifier="–",
-        text="A line.",
-        id="c-0001",
-        type="fact",
-        status="open",
-        recorded="2026-12-01T09:00:00.000Z",
-    )
-    append_bullets(intake.root / "daily" / "2026-12-01.md", "2026-12-01", [line])
-
-    def edge(kind: str, to: str) -> dict:
-        entry = {
-            "id": replay_projection.entry_id(kind, "c-0001", to),
-            "kind": kind,
-            "from": "c-0001",
-            "to": to,
-            "at": "2026-12-01T09:00:00.000Z",
-            "authority": {
-                "kind": "capture",
-                "digest": replay_projection.authority_digest("capture", "x", "c-0001", to),
-            },
-        }
-        if kind == "thread":
-            entry["weight"] = 1
-        return entry  # fmt: skip
-
-    replay_projection.apply_delta(intake.root, [edge("thread", "c-gone")])
+    line(intake.root, "c-0001")
+    replay_projection.apply_delta(intake.root, [edge("thread", "c-0001", "c-gone")])
     [entry] = replay_projection.load(intake.root).entries
     assert report(intake)[3] == [f"thread {entry.id}: no canonical line c-gone"]
 
@@ -372,17 +365,8 @@ def test_a_record_or_receipt_whose_shard_fails_is_reported_by_id_and_nothing_is_
 
 
 def test_terminal_entries_need_only_their_line(intake: Intake) -> None:
-    from tempomem.storage.markdown import Bullet, append_bullets
-
-    intake.root.mkdir(mode=0o700, parents=True)
-    line = Bullet(signifier="–", text="Gone.", id="c-0001", type="fact", status="open",
-                  recorded="2026-12-01T09:00:00.000Z")  # fmt: skip
-    append_bullets(intake.root / "daily" / "2026-12-01.md", "2026-12-01", [line])
-    digest = replay_projection.authority_digest("migration", "c-0001", "forgotten")
+    line(intake.root, "c-0001")
     replay_projection.apply_delta(
-        intake.root,
-        [{"id": replay_projection.entry_id("terminal", "c-0001", "forgotten"), "kind": "terminal",
-          "from": "c-0001", "to": "forgotten", "at": "2026-12-01T09:00:00.000Z",
-          "authority": {"kind": "migration", "digest": digest}}],
-    )  # fmt: skip
+        intake.root, [edge("terminal", "c-0001", "forgotten", authority="migration")]
+    )
     assert report(intake)[3] == []
