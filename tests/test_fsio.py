@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -26,29 +27,34 @@ from tempomem.storage.fsio import (
 
 @pytest.fixture
 def trace(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """Durable calls as ``(call, what)``: fsync names the file or ``dir:<path>`` it synced."""
+    """Durable calls as ``(call, what)``: fsync names the file or ``dir:<path>`` it synced. Only this
+    thread's calls count (a background thread of another test's object must not add to the trace)."""
     calls: list[tuple[str, str]] = []
+    me = threading.get_ident()
     real_open, real_fsync, real_rename, real_mkdir = os.open, os.fsync, os.rename, os.mkdir
     names: dict[int, str] = {}
 
     def open_(path, flags, *args, **kw):
         fd = real_open(path, flags, *args, **kw)
         names[fd] = str(path)
-        if flags & os.O_CREAT:
+        if flags & os.O_CREAT and threading.get_ident() == me:
             calls.append(("create", Path(path).name))
         return fd
 
     def fsync(fd: int) -> None:
         kind = "dir:" if stat.S_ISDIR(os.fstat(fd).st_mode) else ""
-        calls.append(("fsync", kind + (names.get(fd, "?") if kind else Path(names.get(fd, "?")).name)))
+        if threading.get_ident() == me:
+            calls.append(("fsync", kind + (names.get(fd, "?") if kind else Path(names.get(fd, "?")).name)))
         real_fsync(fd)
 
     def rename(src, dst) -> None:
-        calls.append(("rename", f"{Path(src).name}->{Path(dst).name}"))
+        if threading.get_ident() == me:
+            calls.append(("rename", f"{Path(src).name}->{Path(dst).name}"))
         real_rename(src, dst)
 
     def mkdir(path, mode=0o777) -> None:
-        calls.append(("mkdir", str(path)))
+        if threading.get_ident() == me:
+            calls.append(("mkdir", str(path)))
         real_mkdir(path, mode)
 
     monkeypatch.setattr(os, "open", open_)
