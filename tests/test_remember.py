@@ -367,6 +367,9 @@ def seed_lines(root: Path, minilm: LocalMiniLMEmbedder) -> dict[str, str]:
              "authority": auth},
             {"id": "lif-seed", "kind": "lifecycle", "from": "c-ended", "to": "superseded", "at": REC,
              "authority": auth},
+            # A lifecycle entry that keeps a line current does not end it.
+            {"id": "lif-current", "kind": "lifecycle", "from": "c-event", "to": "current", "at": REC,
+             "authority": auth},
         ],
     )  # fmt: skip
     return {"r-text-only": text_only, "r-enhanced": enhanced}
@@ -414,7 +417,8 @@ def test_supersedes_rules(root: Path, minilm: LocalMiniLMEmbedder, target: str, 
     assert old is not None and next(b for b in day_bullets(root) if b.id == target_id) == old
     info = replay_projection.superseded(root)[target_id]
     assert info == SupersedeInfo(new_id=result.id, at=REC)
-    entry = next(e for e in replay_projection.load(root).entries if e.from_ == target_id)
+    entries = replay_projection.load(root).entries
+    entry = next(e for e in entries if e.from_ == target_id and e.kind != "lifecycle")
     assert entry.kind == "supersede" and entry.authority.kind == "remember"
     # Replay converges: same edge, same bytes.
     sidecar = (root / SIDECAR_NAME).read_bytes()
