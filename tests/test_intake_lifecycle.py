@@ -408,3 +408,26 @@ def test_fit_record_leaves_a_small_record_as_it_is() -> None:
     turn = CompletedTurn(run_id="r", conversation_id="c", final_answer="short", admitted_at=T0)
     payload = build_payload(turn, write_mode="capture", tier="bujo")
     assert fit_record(payload) == payload
+
+
+def test_a_receipt_that_cannot_be_written_leaves_the_record_whole(
+    intake: Intake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resolve writes the receipt before it removes anything: a full disk (or a kill) at the receipt
+    leaves the record, its state and its plan exactly as they were, still pending."""
+    record = admit(intake, "r1")
+    intake.begin_attempt(record, now=T0)
+    intake.save_plan(record, b"{}", now=T0)
+    before = {n: (intake.pending_dir / n).read_bytes() for n in names(intake.pending_dir)}
+    real = intake_mod.atomic_write
+
+    def disk_full_at_receipts(path: Path, data: bytes, **kw: object) -> None:
+        if path.name.endswith(".receipt.json"):
+            raise OSError(28, "No space left on device")
+        real(path, data, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(intake_mod, "atomic_write", disk_full_at_receipts)
+    with pytest.raises(OSError):
+        intake.resolve(record, outcome="success", now=T0)
+    assert {n: (intake.pending_dir / n).read_bytes() for n in names(intake.pending_dir)} == before
+    assert intake.view(record, now=T0).state is RecordState.PENDING
