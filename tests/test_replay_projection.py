@@ -489,3 +489,69 @@ def test_sidecar_errors_carry_a_reason_and_a_content_free_detail(
         parse(data)
     assert (err.value.reason, err.value.detail) == (reason, detail)
     assert str(err.value) == (f"{reason}: {detail}" if detail else reason)
+
+
+# -- every rejection names its reason and a content-free detail (mutation survivors, #13) ----------------
+
+_ONE = canonical_doc([raw_entry()])
+
+
+@pytest.mark.parametrize(
+    ("data", "reason", "detail"),
+    [
+        (b"", "not_json", "at offset 0"),
+        (b'{"entries":[', "not_json", "at offset 12"),
+        (_ONE + b" ", "non_canonical", "trailing bytes"),
+        (
+            _ONE.replace(b'"kind":"supersede"', b'"kind":"supersede","kind":"supersede"'),
+            "non_canonical",
+            "duplicate key",
+        ),
+        (_ONE.replace(b'"version":1', b'"version":2'), "schema", "literal_error at version"),
+        (
+            canonical_doc([raw_entry(to="some memory text")]),
+            "schema",
+            "string_pattern_mismatch at entries.0.to",
+        ),
+        (
+            _ONE.replace(b'"c-new"', b'"c-\\u006eew"'),
+            "non_canonical",
+            "bytes differ from the canonical serialisation",
+        ),
+    ],
+)
+def test_each_rejection_carries_its_exact_detail(data: bytes, reason: str, detail: str) -> None:
+    with pytest.raises(SidecarError) as err:
+        replay_projection.parse(data)
+    assert (err.value.reason, err.value.detail) == (reason, detail)
+
+
+def test_a_sidecar_error_without_detail_prints_only_its_reason() -> None:
+    assert str(SidecarError("conflict")) == "conflict"
+    assert SidecarError("conflict").detail == ""
+
+
+def test_bounds_are_inclusive_and_name_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Exactly at a bound is allowed; one over is refused with the measured figure as detail (RPL-05).
+    two = canonical_doc([raw_entry(id="a"), raw_entry(id="b", **{"from": "c-x"})])
+    monkeypatch.setattr(replay_projection, "MAX_BYTES", len(two))
+    monkeypatch.setattr(replay_projection, "MAX_ENTRIES", 2)
+    assert len(replay_projection.parse(two).entries) == 2
+    monkeypatch.setattr(replay_projection, "MAX_BYTES", len(two) - 1)
+    with pytest.raises(SidecarError) as err:
+        replay_projection.parse(two)
+    assert (err.value.reason, err.value.detail) == ("too_large", f"{len(two)} bytes")
+    monkeypatch.setattr(replay_projection, "MAX_BYTES", len(two))
+    monkeypatch.setattr(replay_projection, "MAX_ENTRIES", 1)
+    with pytest.raises(SidecarError) as err:
+        replay_projection.parse(two)
+    assert (err.value.reason, err.value.detail) == ("too_many_entries", "2 entries")
+
+
+def test_authority_digest_is_stable_across_versions() -> None:
+    # Digests are stored in existing sidecars; a change of the formula would make every replayed
+    # authority disagree with what is on disk. Known answer for the v1 formula.
+    # sha256(b"tempomem-authority-v1\0capture\0run-1\0" + AT), recorded once.
+    assert replay_projection.authority_digest("capture", "run-1", AT) == (
+        "ab8a152eb05ea79518246fe7b1b787a5e6b3b4764e63ac1d863298c40ca416c7"
+    )
