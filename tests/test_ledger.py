@@ -313,3 +313,19 @@ def test_a_catalog_that_commits_anything_is_never_treated_as_an_interrupted_crea
         (intake.base / "catalog").write_bytes(empty_catalog()[:-1])
     with pytest.raises(LedgerIntegrityError, match="schema marker missing while the other exists"):
         intake.ledger.exists()
+
+
+def test_a_suffix_beyond_the_catalog_is_listed_and_counted_before_any_repair(tmp_path: Path) -> None:
+    """INTAKE-26 on the read paths: export's ``entries`` and health's ``verify_all`` accept an uncatalogued
+    suffix exactly as admission does (each entry vouched for by its receipt), and count in whole entries."""
+    root = tmp_path / "mem"
+    first = run_in_shard("cd")
+    second = run_in_shard("ab")
+    assert admit(root, second) == "admitted"
+    assert crash(root, first, "before_catalog") == -9
+    intake = Intake(root)
+    listed = intake.ledger.entries(intake.has_receipt)
+    assert sorted(rid for rid, _ in listed) == sorted([intake_id(first), intake_id(second)])
+    assert all(len(h) == 64 for _, h in listed)
+    count = intake.ledger.verify_all(intake.has_receipt)
+    assert count == 2 and type(count) is int

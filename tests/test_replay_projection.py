@@ -555,3 +555,26 @@ def test_authority_digest_is_stable_across_versions() -> None:
     assert replay_projection.authority_digest("capture", "run-1", AT) == (
         "ab8a152eb05ea79518246fe7b1b787a5e6b3b4764e63ac1d863298c40ca416c7"
     )
+
+
+@pytest.mark.parametrize(
+    ("second_line", "message"),
+    [
+        ("not json", "line 2: not JSON"),
+        ("[1, 2]", "line 2: not an object"),
+        ('{"id":"person:b","name":"B","row":"entity","type":"person","extra":1}', "line 2: extra_forbidden"),
+    ],
+)
+def test_graph_errors_name_the_line_and_the_reason_only(tmp_path: Path, second_line: str, message: str) -> None:
+    path = tmp_path / "graph.jsonl"
+    path.write_text('{"id":"person:a","name":"A","row":"entity","type":"person"}\n' + second_line + "\n")
+    os.chmod(path, 0o600)
+    with pytest.raises(graph.GraphError) as err:
+        graph.load_graph(tmp_path)
+    assert str(err.value) == message
+
+
+def test_relation_ids_are_stable_across_versions() -> None:
+    # Row ids are stored in graph.jsonl and replayed plans must name the same row: known answer, recorded once.
+    assert graph.relation_id("person:a", "knows", "person:b") == "rel-459bce2b48c22e863591bdf6cb11c558411c019f"
+    assert len("rel-459bce2b48c22e863591bdf6cb11c558411c019f") == len("rel-") + 40
