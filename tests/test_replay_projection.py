@@ -581,3 +581,27 @@ def test_relation_ids_are_stable_across_versions() -> None:
     # Known answer, recorded once.
     known = "rel-459bce2b48c22e863591bdf6cb11c558411c019f"
     assert graph.relation_id("person:a", "knows", "person:b") == known
+
+
+def test_conflicts_name_the_entry_or_the_superseded_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    apply_delta(tmp_path, [sup("c-old", "c-new")])
+    changed = sup("c-old", "c-new", digest="cd" * 32)
+    with pytest.raises(SidecarError) as err:
+        apply_delta(tmp_path, [changed])
+    assert err.value.detail == f"entry {changed.id} already holds other values"
+    with pytest.raises(SidecarError) as err:
+        apply_delta(tmp_path, [sup("c-old", "c-other")])
+    assert err.value.detail == "c-old is already superseded"
+    one = (tmp_path / SIDECAR_NAME).stat().st_size
+    monkeypatch.setattr(replay_projection, "MAX_ENTRIES", 1)
+    with pytest.raises(SidecarError) as err:
+        apply_delta(tmp_path, [sup("c-2", "c-n2")])
+    assert (err.value.reason, err.value.detail) == ("too_many_entries", "2 entries")
+    monkeypatch.setattr(replay_projection, "MAX_ENTRIES", 10)
+    monkeypatch.setattr(replay_projection, "MAX_BYTES", one + 10)
+    merged, _ = replay_projection.merge(load(tmp_path), [sup("c-2", "c-n2")])
+    with pytest.raises(SidecarError) as err:
+        apply_delta(tmp_path, [sup("c-2", "c-n2")])
+    assert (err.value.reason, err.value.detail) == ("too_large", f"{len(canonical_bytes(merged))} bytes")

@@ -1,0 +1,88 @@
+"""The store id written at creation (#13 store identity): Temporal-free, real files under tmp_path."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tempomem.storage.store_ref import (
+    STORE_ID_FILE,
+    StoreIdError,
+    path_store_id,
+    read_store_id,
+    store_id,
+)
+
+
+def test_a_new_store_gets_a_random_id_that_survives_a_move(tmp_path: Path) -> None:
+    first = store_id(tmp_path / "a")
+    other = store_id(tmp_path / "b")
+    assert first != other
+    assert first != path_store_id(tmp_path / "a")  # not derived from where it was created
+    (tmp_path / "a").rename(tmp_path / "moved")
+    assert store_id(tmp_path / "moved") == first
+    assert read_store_id(tmp_path / "moved") == first
+
+
+def test_a_store_from_before_ids_keeps_its_path_name(tmp_path: Path) -> None:
+    root = tmp_path / "old"
+    (root / "daily").mkdir(parents=True)
+    assert read_store_id(root) is None
+    assert store_id(root) == path_store_id(root)
+    assert read_store_id(root) == path_store_id(root)
+
+
+def test_the_id_file_is_owner_only_and_no_temp_is_left(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    old = os.umask(0o022)  # a permissive umask must not loosen the file
+    try:
+        store_id(root)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((root / STORE_ID_FILE).stat().st_mode) == 0o600
+    assert sorted(p.name for p in root.iterdir()) == [STORE_ID_FILE]
+
+
+def test_a_symlink_at_the_temp_name_is_never_followed(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    root.mkdir(mode=0o700)
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"untouched")
+    (root / f"{STORE_ID_FILE}.tmp-{os.getpid()}").symlink_to(target)
+    with pytest.raises(OSError):
+        store_id(root)
+    assert target.read_bytes() == b"untouched"
+    assert not (root / STORE_ID_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            b"0123456789abcdef" + b" " * 48 + b"\n",
+            "is not a private regular file",
+        ),  # 65 bytes: over the bound
+        (b"\xff" * 16 + b"\n", "does not hold a 16-hex store id"),
+        (b"0123456789ABCDEF\n", "does not hold a 16-hex store id"),
+    ],
+)
+def test_a_bad_id_file_is_refused_by_name(tmp_path: Path, data: bytes, message: str) -> None:
+    path = tmp_path / STORE_ID_FILE
+    path.write_bytes(data)
+    path.chmod(0o600)
+    with pytest.raises(StoreIdError) as err:
+        read_store_id(tmp_path)
+    assert str(err.value).startswith(f"{path} {message}")
+    with pytest.raises(StoreIdError):
+        store_id(tmp_path)  # never replaced by a fresh id
+    assert path.read_bytes() == data
+
+
+def test_an_id_with_surrounding_whitespace_within_the_bound_is_read(tmp_path: Path) -> None:
+    path = tmp_path / STORE_ID_FILE
+    path.write_bytes(b"0123456789abcdef" + b" " * 47 + b"\n")  # exactly 64 bytes
+    path.chmod(0o600)
+    assert read_store_id(tmp_path) == "0123456789abcdef"
