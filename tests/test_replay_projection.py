@@ -605,3 +605,39 @@ def test_conflicts_name_the_entry_or_the_superseded_id(
     with pytest.raises(SidecarError) as err:
         apply_delta(tmp_path, [sup("c-2", "c-n2")])
     assert (err.value.reason, err.value.detail) == ("too_large", f"{len(canonical_bytes(merged))} bytes")
+
+
+def test_entry_ids_are_stable_across_versions() -> None:
+    # Entry ids are stored in sidecars; a replayed edge must name the same entry. Known answer.
+    assert entry_id("supersede", "c-old", "c-new") == "sup-f36ac34bddef2bed0ec11ba8b7a28afb0e352d32"
+
+
+def test_load_names_why_a_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_raw(tmp_path, _ONE, mode=0o644)
+    with pytest.raises(SidecarError) as err:
+        load(tmp_path)
+    assert (err.value.reason, err.value.detail) == ("unsafe_file", "has mode 644, expected 600")
+    # Exactly at the byte bound the file is not too large: the other reason is the one reported.
+    monkeypatch.setattr(replay_projection, "MAX_BYTES", len(_ONE))
+    with pytest.raises(SidecarError) as err:
+        load(tmp_path)
+    assert err.value.reason == "unsafe_file"
+    os.chmod(path, 0o600)
+    monkeypatch.setattr(replay_projection, "MAX_BYTES", len(_ONE) - 1)
+    with pytest.raises(SidecarError) as err:
+        load(tmp_path)
+    assert (err.value.reason, err.value.detail) == ("too_large", f"{len(_ONE)} bytes")
+    path.unlink()
+    (tmp_path / "real.json").write_bytes(_ONE)
+    path.symlink_to(tmp_path / "real.json")
+    with pytest.raises(SidecarError) as err:
+        load(tmp_path)
+    assert (err.value.reason, err.value.detail) == ("unsafe_file", "is a symlink")
+
+
+def test_a_bad_delta_entry_names_the_nested_field(tmp_path: Path) -> None:
+    bad = raw_entry(authority={"digest": "not-a-digest", "kind": "capture"})
+    with pytest.raises(SidecarError) as err:
+        apply_delta(tmp_path, [bad])
+    assert (err.value.reason, err.value.detail) == ("schema", "string_pattern_mismatch at authority.digest")
+    assert not (tmp_path / SIDECAR_NAME).exists()
