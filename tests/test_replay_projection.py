@@ -641,3 +641,123 @@ def test_a_bad_delta_entry_names_the_nested_field(tmp_path: Path) -> None:
         apply_delta(tmp_path, [bad])
     assert (err.value.reason, err.value.detail) == ("schema", "string_pattern_mismatch at authority.digest")
     assert not (tmp_path / SIDECAR_NAME).exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("a\x7fb", "control"),  # DEL, the first C1-range boundary
+        ("a\x9fb", "control"),  # the last C1 control
+        ("a\xa0b", None),  # no-break space is text
+        ("a\udfffb", "surrogate"),  # the last surrogate
+        ("a\ue000b", None),  # the first private-use code point after them is text
+        ("\u200d😀😀", "zero_width"),  # a joiner at the start has no left side
+        ("😀\u200d", "zero_width"),  # nor at the end a right side
+        ("😀\u200d😀", None),
+    ],
+)
+def test_character_class_boundaries(text: str, reason: str | None) -> None:
+    assert unsafe_reason(text) == reason
+
+
+def _graph_file(root: Path, text: str) -> None:
+    path = root / "graph.jsonl"
+    path.write_text(text, encoding="utf-8")
+    os.chmod(path, 0o600)
+
+
+_ENT_A = '{"id":"person:a","name":"A","row":"entity","type":"person"}'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_ENT_A + "\n" + _ENT_A + "\n", "line 2: duplicate row id"),
+        ("\xff", None),  # not UTF-8: written as bytes below
+    ],
+)
+def test_graph_file_errors_are_exact(tmp_path: Path, text: str, message: str | None) -> None:
+    if message is None:
+        (tmp_path / "graph.jsonl").write_bytes(b"\xff\n")
+        os.chmod(tmp_path / "graph.jsonl", 0o600)
+        message = "graph.jsonl is not UTF-8"
+    else:
+        _graph_file(tmp_path, text)
+    with pytest.raises(graph.GraphError) as err:
+        graph.load_graph(tmp_path)
+    assert str(err.value) == message
+
+
+def test_graph_blank_lines_are_skipped_not_the_end(tmp_path: Path) -> None:
+    b = '{"id":"person:b","name":"B","row":"entity","type":"person"}'
+    _graph_file(tmp_path, _ENT_A + "\n\n" + b + "\n")
+    assert sorted(graph.load_graph(tmp_path).entities) == ["person:a", "person:b"]
+
+
+def test_graph_file_over_its_bound_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _graph_file(tmp_path, _ENT_A + "\n")
+    monkeypatch.setattr(graph, "GRAPH_MAX_BYTES", len(_ENT_A))
+    with pytest.raises(graph.GraphError) as err:
+        graph.load_graph(tmp_path)
+    assert str(err.value) == "unsafe graph file (UnsafePathError)"
+    monkeypatch.setattr(graph, "GRAPH_MAX_BYTES", len(_ENT_A) + 1)
+    assert list(graph.load_graph(tmp_path).entities) == ["person:a"]
+
+
+def test_graph_rows_are_refused_with_exact_messages(tmp_path: Path) -> None:
+    a = graph.EntityRow(id="person:a", name="A", type="person")
+    b = graph.EntityRow(id="person:b", name="B", type="person")
+    graph.apply(tmp_path, entities=[a, b])
+    before = (tmp_path / "graph.jsonl").read_bytes()
+    cases: list[tuple[dict[str, Any], str]] = [
+        (
+            {
+                "relations": [
+                    graph.relation("person:a", "knows", "person:b").model_copy(update={"id": "rel-x"})
+                ]
+            },
+            "relation row id does not match its triple",
+        ),
+        (
+            {"relations": [graph.relation("person:a", "knows", "person:zz")]},
+            "relation endpoint is not a known entity",
+        ),
+        ({"entities": [graph.relation("person:a", "knows", "person:b")]}, "expected a EntityRow"),
+        (
+            {"entities": [{"id": "person:c", "name": "C", "type": "planet"}]},
+            "invalid EntityRow: literal_error",
+        ),
+        (
+            {"entities": [{"id": "person:c", "name": "x" * 1025, "type": "person"}]},
+            "invalid EntityRow: value_error",
+        ),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(graph.GraphError) as err:
+            graph.apply(tmp_path, **kwargs)
+        assert str(err.value) == message
+        assert (tmp_path / "graph.jsonl").read_bytes() == before
+    # A name of exactly MAX_NAME_BYTES is accepted.
+    assert graph.apply(tmp_path, entities=[{"id": "person:c", "name": "x" * 1024, "type": "person"}]) == 1
+
+
+def test_graph_file_bytes_use_aliases_and_raw_utf8(tmp_path: Path) -> None:
+    a = graph.EntityRow(id="person:a", name="José", type="person")
+    b = graph.EntityRow(id="person:b", name="B", type="person")
+    graph.apply(
+        tmp_path, entities=[a, b], relations=[graph.relation("person:a", "knows", "person:b", ["c-1"])]
+    )
+    text = (tmp_path / "graph.jsonl").read_bytes().decode("utf-8")
+    assert '"name":"José"' in text
+    assert '"from":"person:a"' in text and "from_" not in text
+
+
+def test_relation_attestations_are_the_union_of_every_plan(tmp_path: Path) -> None:
+    a = graph.EntityRow(id="person:a", name="A", type="person")
+    b = graph.EntityRow(id="person:b", name="B", type="person")
+    graph.apply(
+        tmp_path, entities=[a, b], relations=[graph.relation("person:a", "knows", "person:b", ["c-1"])]
+    )
+    assert graph.apply(tmp_path, relations=[graph.relation("person:a", "knows", "person:b", ["c-2"])]) == 1
+    (rel,) = graph.load_graph(tmp_path).relations.values()
+    assert rel.memories == ("c-1", "c-2")
