@@ -329,3 +329,214 @@ def test_a_suffix_beyond_the_catalog_is_listed_and_counted_before_any_repair(tmp
     assert all(len(h) == 64 for _, h in listed)
     count = intake.ledger.verify_all(intake.has_receipt)
     assert count == 2 and type(count) is int
+
+
+# -- exact, content-free reasons and the catalog's movements (mutation survivors, #13) ------------------
+
+_UID = os.geteuid()
+EXPECTED_REASON = {
+    "missing": "ledger shard ab is missing (catalog records 258 bytes)",
+    "truncated": "ledger shard ab is truncated (129 < 258 bytes)",
+    "replaced": "ledger shard ab does not match its catalog digest",
+    "ledger_and_catalog_deleted": "catalog missing while the other exists: refusing to continue",
+    "marker_deleted": "schema marker missing while the other exists: refusing to continue",
+    "symlinked_shard": "ledger shard ab is a symlink",
+    "foreign_owner": f"ledger shard ab is owned by uid 12345, not {_UID}",
+    "wrong_mode": "ledger shard ab has mode 644, expected 600",
+    "catalog_wrong_size": f"catalog is {CATALOG_BYTES - 40} bytes, expected {CATALOG_BYTES}",
+    "uncatalogued_entry_without_receipt": (
+        "ledger shard ab has an uncatalogued entry without an exact intake receipt"
+    ),
+    "partial_entry": "ledger shard ab ends in a partial entry",
+    "hard_linked_shard": "ledger shard ab has 2 links",
+}
+
+
+def _header(magic: bytes = b"TMEMCAT\x00", version: int = 1, slots: int = 256) -> bytes:
+    from tempomem.storage.ledger import CATALOG_HEADER
+
+    return CATALOG_HEADER.pack(magic, version, slots)
+
+
+def _rewrite_header(root: Path, header: bytes) -> None:
+    catalog = root / ".capture-intake" / "catalog"
+    catalog.write_bytes(header + catalog.read_bytes()[len(header) :])
+
+
+def _more_cases():
+    def bad_magic(root: Path, shard: Path) -> None:
+        _rewrite_header(root, _header(magic=b"NOTACAT\x00"))
+
+    def bad_version(root: Path, shard: Path) -> None:
+        _rewrite_header(root, _header(version=2))
+
+    def bad_slot_count(root: Path, shard: Path) -> None:
+        _rewrite_header(root, _header(slots=255))
+
+    def catalog_mode(root: Path, shard: Path) -> None:
+        (root / ".capture-intake" / "catalog").chmod(0o644)
+
+    def shards_without_catalog_or_marker(root: Path, shard: Path) -> None:
+        (root / ".capture-intake" / "catalog").unlink()
+        (root / SCHEMA_MARKER).unlink()
+
+    def shard_is_a_folder(root: Path, shard: Path) -> None:
+        shard.unlink()
+        shard.mkdir(mode=0o700)
+
+    def non_ascii_suffix(root: Path, shard: Path) -> None:
+        with open(shard, "ab") as f:
+            f.write(b"\xff" * LEDGER_ENTRY_BYTES)
+
+    return {
+        non_ascii_suffix: "ledger shard ab has an uncatalogued entry without an exact intake receipt",
+        bad_magic: "catalog header is not a tempomem v1 catalog",
+        bad_version: "catalog header is not a tempomem v1 catalog",
+        bad_slot_count: "catalog header is not a tempomem v1 catalog",
+        catalog_mode: "catalog has mode 644, expected 600",
+        shards_without_catalog_or_marker: "ledger shards exist without a catalog or schema marker",
+        shard_is_a_folder: "ledger shard ab is not a regular file",
+    }
+
+
+REASON_CASES = [(f, EXPECTED_REASON[f.__name__]) for f in FAIL_CLOSED_CASES if f.__name__ in EXPECTED_REASON]
+REASON_CASES += list(_more_cases().items())
+
+
+@pytest.mark.parametrize(("tamper", "reason"), REASON_CASES, ids=[f.__name__ for f, _ in REASON_CASES])
+def test_each_ledger_failure_names_its_exact_reason(
+    store: tuple[Path, str, Path], tamper, reason: str
+) -> None:
+    root, new_run, shard = store
+    tamper(root, shard)
+    before = snapshot(root)
+    with pytest.raises(IntakeIntegrityError) as err:
+        admit(root, new_run)
+    assert str(err.value) == reason
+    assert snapshot(root) == before
+
+
+@pytest.mark.parametrize(
+    ("tamper", "reason"),
+    [
+        (lambda d: d.chmod(0o755), "ledger folder has mode 755, expected 700"),
+        (lambda d: os.chown(d, 12345, 12345), f"ledger folder is owned by uid 12345, not {_UID}"),
+        (
+            lambda d: (
+                d.rmdir(),
+                d.parent.joinpath("real").mkdir(mode=0o700),
+                d.symlink_to(d.parent / "real"),
+            ),
+            "ledger folder is not a directory",
+        ),
+    ],
+    ids=["open_mode", "foreign_owner", "symlink"],
+)
+def test_the_ledger_folder_is_checked_before_the_first_commit(tmp_path: Path, tamper, reason: str) -> None:
+    from tempomem.storage.ledger import Ledger, LedgerIntegrityError
+
+    base = tmp_path / "mem" / ".capture-intake"
+    base.mkdir(parents=True, mode=0o700)
+    (base / "ledger").mkdir(mode=0o700)
+    tamper(base / "ledger")
+    ledger = Ledger(tmp_path / "mem", base)
+    with pytest.raises(LedgerIntegrityError) as err:
+        ledger.append(intake_id("run-x"), "0" * 64, lambda *_: False)
+    assert str(err.value) == reason
+    assert not (base / "catalog").exists()
+
+
+def test_a_lookup_finds_every_entry_and_moves_the_catalog_only_over_a_suffix(tmp_path: Path) -> None:
+    from tempomem.storage.ledger import CATALOG_HEADER, CATALOG_SLOT
+
+    root = tmp_path / "mem"
+    first = run_in_shard("cd")
+    second = run_in_shard("cd", int(first.split("-")[1]) + 1)
+    third = run_in_shard("cd", int(second.split("-")[1]) + 1)
+    admit(root, first)
+    catalog = root / ".capture-intake" / "catalog"
+    shard = root / ".capture-intake" / "ledger" / "shard-cd"
+    intake = Intake(root)
+    # A lookup of a clean shard leaves the catalog file itself alone.
+    inode = catalog.stat().st_ino
+    assert intake.ledger.lookup(intake_id(first), intake.has_receipt) is not None
+    assert catalog.stat().st_ino == inode
+    # A commit killed before its catalog: the next lookup advances the catalog over the vouched suffix.
+    assert crash(root, second, "before_catalog") == -9
+    intake = Intake(root)
+    assert intake.ledger.lookup(intake_id(second), intake.has_receipt) is not None  # the second entry
+    index = int("cd", 16)
+    mark, digest = CATALOG_SLOT.unpack_from(
+        catalog.read_bytes(), CATALOG_HEADER.size + index * CATALOG_SLOT.size
+    )
+    assert (mark, digest) == (2 * LEDGER_ENTRY_BYTES, hashlib.sha256(shard.read_bytes()).digest())
+    # append() over a fresh suffix vouches for it the same way.
+    assert crash(root, third, "before_catalog") == -9
+    intake = Intake(root)
+    assert intake.ledger.append(intake_id(run_in_shard("cd", 10**5)), "0" * 64, intake.has_receipt) is True
+
+
+def test_a_first_commit_to_a_shard_syncs_the_ledger_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempomem.storage.ledger as ledger_module
+
+    synced: list[str] = []
+    real = ledger_module.fsync_dir
+    monkeypatch.setattr(ledger_module, "fsync_dir", lambda p: (synced.append(Path(p).name), real(p))[1])
+    root = tmp_path / "mem"
+    admit(root, run_in_shard("ab"))
+    assert synced.count("ledger") == 1  # the new shard-ab entry
+    admit(root, run_in_shard("ab", 10**5))
+    assert synced.count("ledger") == 1  # an existing shard: its name is already durable
+
+
+def test_a_vouched_suffix_entry_must_end_its_line(tmp_path: Path) -> None:
+    from tempomem.storage.ledger import LedgerIntegrityError
+
+    root = tmp_path / "mem"
+    first = run_in_shard("cd")
+    admit(root, first)
+    second = run_in_shard("cd", int(first.split("-")[1]) + 1)
+    assert crash(root, second, "before_catalog") == -9
+    shard = root / ".capture-intake" / "ledger" / "shard-cd"
+    intake = Intake(root)
+    whole = shard.read_bytes()
+    assert intake.ledger.entries(intake.has_receipt)[-1][0] == intake_id(second)  # vouched as written
+    shard.write_bytes(whole[:-1] + b"x")  # a receipt vouches for the id and hash, not this
+    with pytest.raises(LedgerIntegrityError, match="uncatalogued entry without an exact intake receipt"):
+        intake.ledger.verify_all(intake.has_receipt)
+
+
+def test_an_empty_ledger_folder_without_catalog_is_a_fresh_store(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    (root / ".capture-intake" / "ledger").mkdir(parents=True, mode=0o700)
+    os.chmod(root, 0o700)
+    os.chmod(root / ".capture-intake", 0o700)
+    assert admit(root, "run-1") == "admitted"
+
+
+def test_a_first_creation_writes_an_empty_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Creation and the first commit are separate durable steps: the catalog on disk between them must
+    vouch for nothing (every slot empty), or every other shard would read as missing."""
+    from tempomem.storage.ledger import Ledger
+
+    def stop(self: Ledger) -> None:
+        raise RuntimeError("stopped before the catalog commit")
+
+    monkeypatch.setattr(Ledger, "before_catalog_commit", stop)
+    root = tmp_path / "mem"
+    with pytest.raises(RuntimeError):
+        admit(root, "run-1")
+    monkeypatch.undo()
+    intake = Intake(root)
+    assert intake.ledger.verify_all(intake.has_receipt) == 1
+
+
+def test_an_entry_of_the_wrong_size_is_refused_by_name() -> None:
+    from tempomem.storage.ledger import entry_bytes
+
+    assert len(entry_bytes("a" * 64, "b" * 64)) == LEDGER_ENTRY_BYTES
+    with pytest.raises(ValueError) as err:
+        entry_bytes("a" * 63, "b" * 64)
+    assert str(err.value) == "ledger entries are exactly 129 bytes"
