@@ -39,6 +39,7 @@ MODEL_STAGES = {
         "_reviewed_if_nothing_eligible",
         "_owner_turn",
         "_failure",
+        "_save",  # called only by extract and review, after their model call
         "__init__",
     },
 }
