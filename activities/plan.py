@@ -20,7 +20,9 @@ from tempomem.storage.limits import ASSISTANT_SALIENCE_FLOOR
 
 PLAN_VERSION = 1
 Action = Literal["ADD", "UPDATE", "SUPERSEDE", "NOOP", "DROP"]
-_ISO_DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
+# A calendar date alone or as the head of an ISO instant ("2026-12-03T13:00:00.000Z"): a word boundary
+# would miss the instant, since "T" is a word character (CAP-38).
+_ISO_DATE = re.compile(r"(?<![\w-])(\d{4}-\d{2}-\d{2})(?![\d-])")
 
 
 class _Model(BaseModel):

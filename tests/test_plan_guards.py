@@ -155,6 +155,12 @@ OWNER_PREF = (PlanLabel(kind="preference", scope="agent", key="k:v", value="x", 
         # CAP-38: a dated UPDATE becomes a dated supersession
         (("UPDATE", "Moved on 2026-12-01."), existing(), "user", True, ("SUPERSEDE", "old-1")),
         (("UPDATE", "Moved recently."), existing(), "user", True, ("UPDATE", "old-1")),
+        # CAP-38: the target's recorded instant is a date too: an UPDATE dated before it stays in place,
+        # one dated after it (also as an ISO instant) supersedes; an undated target is always superseded.
+        (("UPDATE", "Booked on 2026-10-20."), existing(), "user", True, ("UPDATE", "old-1")),
+        (("UPDATE", "Booked on 2026-11-01."), existing(), "user", True, ("UPDATE", "old-1")),
+        (("UPDATE", "Booked at 2026-11-02T09:00."), existing(), "user", True, ("SUPERSEDE", "old-1")),
+        (("UPDATE", "Booked on 2026-10-20."), existing(recorded=""), "user", True, ("SUPERSEDE", "old-1")),
         (("NOOP", None), existing(), "user", True, ("NOOP", "old-1")),
     ],
 )
