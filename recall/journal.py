@@ -29,6 +29,7 @@ from tempomem.recall.shaping import cut_utf8
 from tempomem.storage.credentials import unsafe_characters
 from tempomem.storage.limits import KIB, MIB
 from tempomem.storage.markdown import Bullet, read_document
+from tempomem.storage.replay_projection import ended_ids
 
 # LIM-49..LIM-54 (kept here, beside their only user).
 JOURNAL_MAX_DAYS = 31  # LIM-49: inclusive civil dates
@@ -182,7 +183,7 @@ def entry_instant(day: str, bullet: Bullet) -> datetime:
     return datetime.combine(date.fromisoformat(day), time(0), tzinfo=UTC)
 
 
-def make_entry(day: str, bullet: Bullet) -> JournalEntry:
+def make_entry(day: str, bullet: Bullet, *, superseded: bool = False) -> JournalEntry:
     if is_unsafe_text(bullet.text):
         text, truncated = UNSAFE_TEXT_MARKER, False
     else:
@@ -194,7 +195,7 @@ def make_entry(day: str, bullet: Bullet) -> JournalEntry:
         source=f"{DAILY_FOLDER}/{day}.md",
         type=bullet.type,
         status=bullet.status,
-        lifecycle="superseded" if bullet.status == "invalidated" else "current",
+        lifecycle="superseded" if superseded or bullet.status == "invalidated" else "current",
         valid_from=bullet.valid_from,
         valid_to=bullet.valid_to,
         due_at=bullet.due,
@@ -255,6 +256,7 @@ def build_snapshot(root: Path, rng: JournalRange, start: datetime, end: datetime
     keeps the earliest entries and says why it stopped (JRN-13).
     """
     found: list[tuple[datetime, str, str, Bullet]] = []
+    ended = ended_ids(root)  # JRN-17: BuJo keeps superseded lines as history; the sidecar says which
     for day in _day_files(root, start, end):
         for bullet in read_document(Path(root) / DAILY_FOLDER / f"{day}.md").bullets():
             if bullet.status == "dropped":
@@ -271,7 +273,7 @@ def build_snapshot(root: Path, rng: JournalRange, start: datetime, end: datetime
         if len(entries) >= JOURNAL_SNAPSHOT_MAX_ENTRIES:
             reason = "entry_cap"
             break
-        entry = make_entry(day, bullet)
+        entry = make_entry(day, bullet, superseded=bullet.id in ended)
         size = _entry_bytes(entry)
         if total + size > JOURNAL_SNAPSHOT_MAX_BYTES:
             reason = "byte_cap"

@@ -289,6 +289,15 @@ def superseded(root: Path) -> dict[str, SupersedeInfo]:
     return {e.from_: SupersedeInfo(new_id=e.to, at=e.at) for e in load(root).entries if e.kind == "supersede"}
 
 
+def ended_ids(root: Path) -> set[str]:
+    """Ids no longer current (AMB-28): replaced by a supersession edge or ended by a lifecycle entry."""
+    return {
+        e.from_
+        for e in load(root).entries
+        if e.kind == "supersede" or (e.kind == "lifecycle" and e.to == "superseded")
+    }
+
+
 def threads(root: Path) -> dict[tuple[str, str], int]:
     """``(from id, to id) → weight`` for every thread edge (AMB-47: weight = count of threaded notes)."""
     return {(e.from_, e.to): e.weight or 0 for e in load(root).entries if e.kind == "thread"}

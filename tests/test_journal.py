@@ -349,3 +349,39 @@ def test_JRN20_rendered_text_marks_untrusted_evidence_and_cursor(tmp_path: Path)
     assert "Untrusted historical evidence" in lines[0]
     assert lines[1] == "- 2026-09-01T10:00:00.000Z [done] Shipped it. (daily/2026-09-01.md)"
     assert json.dumps({"cursor": result.next_cursor}) in result.text
+
+
+def test_a_line_superseded_in_the_sidecar_is_shown_superseded(tmp_path: Path) -> None:
+    """JRN-17: under BuJo a superseded line stays in the Markdown as history; its supersession lives in the
+    replay sidecar, and the journal reports that stored state at snapshot time."""
+    from tempomem.storage.replay_projection import Authority, Entry, apply_delta, entry_id
+
+    def edge(kind: str, old: str, to: str) -> Entry:
+        return Entry(
+            id=entry_id(kind, old, to),
+            kind=kind,  # type: ignore[arg-type]
+            from_=old,
+            to=to,
+            at="2026-03-02T10:00:00.000Z",
+            authority=Authority(kind="capture", digest="ab" * 32),
+        )
+
+    write(
+        tmp_path,
+        "2026-03-01",
+        [
+            bullet("Lives in Lisbon.", "2026-03-01T09:00:00.000Z", id="c-old"),
+            bullet("Lives in Porto.", "2026-03-01T10:00:00.000Z", id="c-new"),
+            bullet("Likes tea.", "2026-03-01T11:00:00.000Z", id="c-ended"),
+        ],
+    )
+    session = JournalSession()
+    before = first(session, tmp_path, "2026-03-01", "2026-03-01")
+    assert [e.lifecycle for e in before.entries] == ["current", "current", "current"]
+    apply_delta(tmp_path, [edge("supersede", "c-old", "c-new"), edge("lifecycle", "c-ended", "superseded")])
+    after = first(JournalSession(), tmp_path, "2026-03-01", "2026-03-01")
+    assert {e.id: e.lifecycle for e in after.entries} == {
+        "c-old": "superseded",
+        "c-new": "current",
+        "c-ended": "superseded",
+    }
