@@ -288,6 +288,12 @@ def guard_decision(
             via="guard",
             invalidate=target.id,
         )  # CAP-65
+    if action == "UPDATE" and target.protected_kind:
+        # CAP-53: the owner's own word replaces the owner's preference or lesson, never in place: the old
+        # line stays as superseded history.
+        return PlanDecision(
+            index=memory.index, action="SUPERSEDE", target_id=target.id, text=decision.text, via="guard"
+        )
     if action == "UPDATE" and _dated_after(decision.text or "", target.recorded):
         # CAP-38: a dated UPDATE becomes a dated supersession, never an in-place rewrite of an older line.
         return PlanDecision(

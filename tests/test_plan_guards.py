@@ -145,6 +145,21 @@ OWNER_PREF = (PlanLabel(kind="preference", scope="agent", key="k:v", value="x", 
             True,
             ("SUPERSEDE", "old-1"),
         ),
+        # CAP-53: that replacement is never in place: an UPDATE keeps the old line as superseded history
+        (
+            ("UPDATE", "x"),
+            existing(type="preference", attr="owner", labels=OWNER_PREF),
+            "user",
+            True,
+            ("SUPERSEDE", "old-1"),
+        ),
+        (
+            ("UPDATE", "x"),
+            existing(type="lesson", attr="owner", labels=()),
+            "user",
+            True,
+            ("SUPERSEDE", "old-1"),
+        ),
         # CAP-54: a peer's preference is never replaced this way
         (("SUPERSEDE", "x"), existing(type="preference", attr="assistant"), "user", True, ("ADD", None)),
         (("UPDATE", "x"), existing(type="lesson"), "user", False, ("ADD", None)),
