@@ -178,7 +178,7 @@ async def test_supersede_keeps_history_and_current_lines_offer_only_the_live(
         ctx,
         r2,
         RetainedPlan(
-            memories=(mem(0, "Ana has become vegan.", ANA), mem(1, "The Lisbon trip is off.")),
+            memories=(mem(0, "Ana has become vegan.", ANA), mem(1, "Book the Porto flight.", kind="task")),
             entities=(PlanEntity(id=ANA, name="Ana", type="person"),),
             relations=(),
             reviewed=True,
@@ -195,6 +195,8 @@ async def test_supersede_keeps_history_and_current_lines_offer_only_the_live(
     assert found[old].text == "Ana is vegetarian." and found[old].status != "invalidated"  # type: ignore[attr-defined]
     assert found[new].text == "Ana is vegan."  # type: ignore[attr-defined]
     assert found[task].status == "invalidated"  # type: ignore[attr-defined]
+    # CAP-65: the replacement of a task is a note (the BuJo "–" signifier), even when extracted as a task.
+    assert found[note].signifier == "–" and found[note].type != "task"  # type: ignore[attr-defined]
     sup = replay_projection.superseded(ctx.root)
     assert {k: v.new_id for k, v in sup.items()} == {old: new, task: note}
     assert sup[old].at.startswith("2026-12-01T09:05:00")  # the replacing turn's admission instant
