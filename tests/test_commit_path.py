@@ -397,3 +397,31 @@ async def test_reconcile_without_a_plan_is_a_content_free_storage_failure(tmp_pa
         "CaptureFailure",
         True,
     )
+
+
+async def test_provenance_of_add_supersede_noop_and_the_superseded_line(tmp_path: Path, embedder) -> None:
+    """PROV-08: ADD and SUPERSEDE stamp the capturing conversation; NOOP and the superseded old line keep
+    the provenance they had (UPDATE: test_update_rewrites_in_place_and_records_the_conversation)."""
+    ctx = context(tmp_path / "mem", embedder)
+    r1 = admit(ctx, "r1", 0, conversation="web:first")
+    first = RetainedPlan(
+        memories=(mem(0, "Ana lives in Porto.", ANA), mem(1, "Ana plays the cello.", ANA)),
+        entities=(PlanEntity(id=ANA, name="Ana", type="person"),),
+        relations=(),
+        reviewed=True,
+        decisions=(decide(0), decide(1)),
+    )
+    await reconcile(ctx, r1, first)
+    porto, cello = fact_id(r1, 0), fact_id(r1, 1)
+    r2 = admit(ctx, "r2", 5, conversation="web:second")
+    second = RetainedPlan(
+        memories=(mem(0, "Ana moved to Lisbon.", ANA), mem(1, "Ana plays the cello.", ANA)),
+        entities=(PlanEntity(id=ANA, name="Ana", type="person"),),
+        relations=(),
+        reviewed=True,
+        decisions=(decide(0, "SUPERSEDE", target_id=porto), decide(1, "NOOP", target_id=cello)),
+    )
+    await reconcile(ctx, r2, second)
+    found = lines(ctx.root)
+    sessions = {k: b.source_session for k, b in found.items()}  # type: ignore[attr-defined]
+    assert sessions == {porto: "web:first", cello: "web:first", fact_id(r2, 0): "web:second"}
