@@ -756,6 +756,13 @@ class Intake:
         return excess
 
     # -- retained capture plan (CAP-75) ------------------------------------------------------------
+    def retained_plan_ids(self) -> list[str]:
+        """Active records (pending or dead) whose state keeps a BuJo capture plan (INTAKE-35)."""
+        out = []
+        for state, folder in ((RecordState.PENDING, self.pending_dir), (RecordState.DEAD, self.dead_dir)):
+            out += [i for i in self.list_ids(state) if self._load_state(folder, i).retained_plan]
+        return out
+
     def _plan_path(self, folder: Path, record_id: str) -> Path:
         return folder / f"{record_id}.plan.json"
 

@@ -127,11 +127,15 @@ def cmd_journal(args: argparse.Namespace) -> int:
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
     from tempomem.recall.index import RebuildShrinkError
+    from tempomem.storage.intake import RetainedPlanError
 
     try:
         report = store_from_args(args, must_exist=True).rebuild(force=args.force)
     except RebuildShrinkError as exc:
         print(f"error: {exc} (--force)", file=sys.stderr)
+        return EXIT_ERROR
+    except RetainedPlanError as exc:  # INTAKE-35: counts only, never ids or text
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:
         print(report.model_dump_json(indent=2))

@@ -45,6 +45,7 @@ log = logging.getLogger("tempomem.store")
 class StoreClosedError(RuntimeError):
     """A call on a ``MemoryStore`` after ``close()``."""
 
+
 START_TIMEOUT_SECONDS = 2.0  # INTAKE-06: the best-effort workflow start may add at most this much
 START_COOLDOWN_SECONDS = 30.0  # after a failed start, skip further tries for a while: the sweeper catches up
 
@@ -516,7 +517,17 @@ class MemoryStore:
 
     def rebuild(self, *, force: bool = False) -> RebuildReport:
         """A new index generation from canonical Markdown (``RebuildShrinkError`` when it would drop
-        most memories, unless ``force``)."""
+        most memories, unless ``force``). ``RetainedPlanError`` into Lite or Journal while a BuJo capture
+        plan is retained (INTAKE-35), checked before anything is written."""
+        from tempomem.storage.intake import RetainedPlanError
 
         self._check_open()
+        if self.config.memory.mode != "bujo" and self.intake.base.exists():
+            retained = self.intake.retained_plan_ids()
+            if retained:
+                tier = self.config.memory.mode
+                raise RetainedPlanError(
+                    f"{len(retained)} intake record(s) keep a BuJo capture plan, which {tier} "
+                    "cannot replay: start the BuJo configuration, let the intake finish, then change tiers"
+                )
         return self.index.rebuild(force=force)

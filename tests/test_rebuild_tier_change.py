@@ -1,0 +1,71 @@
+"""INTAKE-35: a rebuild into Lite or Journal is refused while a BuJo capture plan is retained, before any
+source is modified. Real store files under tmp_path, no server (the store is never started)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tempomem.storage.intake import RetainedPlanError, admit_turn
+from tempomem.storage.turn import CompletedTurn
+from tests.conftest import make_store
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def retained(root: Path) -> str:
+    store = make_store(root, None, mode="bujo", llm={"provider": "ollama", "model": "m"})
+    turn = CompletedTurn(
+        run_id="run-1",
+        conversation_id="web:c1",
+        speaker_kind="human-turn",
+        user_text="hello",
+        final_answer="hi",
+        admitted_at=T0,
+    )
+    result = admit_turn(
+        store.intake, turn, tier="bujo", write_mode="capture", capture_cron=None, capture_webhook=None
+    )
+    assert result.intake_id is not None
+    store.intake.save_plan(result.intake_id, b'{"plan":"opaque to this test"}', now=T0)
+    return result.intake_id
+
+
+@pytest.mark.parametrize("tier", ["lite", "journal"])
+def test_rebuild_into_lite_or_journal_is_refused_while_a_plan_is_retained(tmp_path: Path, tier: str) -> None:
+    root = tmp_path / "mem"
+    record = retained(root)
+    before = files(root)
+    with pytest.raises(RetainedPlanError) as err:
+        make_store(root, None, mode=tier).rebuild()
+    assert "1 intake record" in str(err.value) and record not in str(err.value)
+    assert files(root) == before  # nothing modified, no index generation started
+
+
+def test_the_same_rebuild_under_bujo_goes_ahead(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    retained(root)
+    report = make_store(root, None, mode="bujo", llm={"provider": "ollama", "model": "m"}).rebuild()
+    assert report.rows == 0
+
+
+def test_the_cli_refuses_with_a_count_and_no_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tempomem.cli import main
+
+    root = tmp_path / "mem"
+    record = retained(root)
+    config = tmp_path / "lite.json"
+    config.write_text(json.dumps({"memory": {"mode": "lite", "path": str(root)}}))
+    before = files(root)
+    assert main(["--config", str(config), "rebuild"]) != 0
+    err = capsys.readouterr().err
+    assert "1 intake record(s) keep a BuJo capture plan" in err and record not in err
+    assert files(root) == before
