@@ -912,6 +912,15 @@ class MemoryIndex:
 
     # -- search -------------------------------------------------------------------------------------
 
+    def provenance(self) -> dict[str, str | None] | None:
+        """``id → source session`` of every row of the active generation; None before the first one.
+        What strict health compares with the Markdown provenance (PROV-14)."""
+        generation = self.active_generation()
+        if generation is None:
+            return None
+        with self._connect(self.generation_dir(generation) / DB_NAME, read_only=True) as con:
+            return dict(con.execute("SELECT id, source_session FROM memories").fetchall())
+
     def search(self, query: str, *, limit: int = 8, profile: RecallProfile | str | None = None) -> list[Hit]:
         """Hybrid (embedding-first) or, on Lite / embedding outage, lexical recall over the index.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -37,8 +38,14 @@ class HealthReport(BaseModel):
     mismatches: list[str] = []  # sidecar entries whose lines are not in canonical Markdown (RPL-10)
 
 
-def audit(root: Path, *, now: datetime) -> HealthReport:
-    """Worst state wins: degraded > dead_letters_present > in_progress > ok."""
+def audit(
+    root: Path, *, now: datetime, index_sessions: Mapping[str, str | None] | None = None
+) -> HealthReport:
+    """Worst state wins: degraded > canonical_mismatch > dead_letters_present > in_progress > ok.
+
+    ``index_sessions`` (``MemoryIndex.provenance()``, passed in so storage never reads the index) adds
+    PROV-14: an index row whose session disagrees with its canonical line is a mismatch.
+    """
     intake = Intake(root)
     problems: list[str] = []
     entries: int | None = None
@@ -68,6 +75,8 @@ def audit(root: Path, *, now: datetime) -> HealthReport:
     problems += _modes(intake)
     problems += [f"damaged bullet: {where}" for where in damaged_bullets(Path(root), "daily")]
     mismatches = _sidecar_mismatches(Path(root), problems)
+    if index_sessions is not None:
+        mismatches += _session_mismatches(Path(root), index_sessions)
     if problems:
         status: HealthStatus = "degraded"
     elif mismatches:
@@ -100,6 +109,16 @@ def _sidecar_mismatches(root: Path, problems: list[str]) -> list[str]:
         if missing:
             out.append(f"{entry.kind} {entry.id}: no canonical line {', '.join(missing)}")
     return out
+
+
+def _session_mismatches(root: Path, index_sessions: Mapping[str, str | None]) -> list[str]:
+    """PROV-14: rows in both places must name the same conversation (ids only, never the sessions)."""
+    canonical = {b.id: b.source_session for _, b in iter_bullets(root, "daily")}
+    return [
+        f"index session {memory_id}: differs from the Markdown provenance"
+        for memory_id in sorted(index_sessions.keys() & canonical.keys())
+        if index_sessions[memory_id] != canonical[memory_id]
+    ]
 
 
 def _leftovers(intake: Intake) -> list[str]:

@@ -240,15 +240,26 @@ def cmd_adopt_replay(args: argparse.Namespace) -> int:
 
 def cmd_health(args: argparse.Namespace) -> int:
     """CLI-13: strict, content-free audit. Exit 0 for ok/in_progress, 1 otherwise."""
+    from tempomem.recall.index import MemoryIndex
     from tempomem.storage.health import audit
 
-    report = audit(store_from_args(args, must_exist=True).root, now=datetime.now(UTC))
+    root = store_from_args(args, must_exist=True).root
+    unreadable: str | None = None
+    try:
+        sessions = MemoryIndex(root, None).provenance()  # PROV-14
+    except Exception as exc:  # a busy or damaged index is reported, never fatal to the audit
+        sessions, unreadable = None, f"index: {type(exc).__name__}"
+    report = audit(root, now=datetime.now(UTC), index_sessions=sessions)
+    if unreadable is not None:
+        report = report.model_copy(update={"status": "degraded", "problems": [*report.problems, unreadable]})
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
         print(f"{report.status}  " + "  ".join(f"{k}={v}" for k, v in report.counts.items()))
         for problem in report.problems:
             print(f"  problem: {problem}")
+        for mismatch in report.mismatches:
+            print(f"  mismatch: {mismatch}")
     return EXIT_OK if report.status in ("ok", "in_progress") else EXIT_ERROR
 
 
