@@ -58,11 +58,20 @@ def context(root: Path, embedder) -> StoreContext:
     )
 
 
-def admit(ctx: StoreContext, run_id: str, minutes: int, conversation: str = "web:c1") -> str:
+def admit(
+    ctx: StoreContext,
+    run_id: str,
+    minutes: int,
+    conversation: str = "web:c1",
+    *,
+    speaker_kind: str = "human-turn",
+    trigger_kind: str = "none",
+) -> str:
     turn = CompletedTurn(
         run_id=run_id,
         conversation_id=conversation,
-        speaker_kind="human-turn",
+        speaker_kind=speaker_kind,  # type: ignore[arg-type]
+        trigger_kind=trigger_kind,  # type: ignore[arg-type]
         user_text=f"turn {run_id}",
         final_answer="noted",
         admitted_at=T0 + timedelta(minutes=minutes),
@@ -425,3 +434,97 @@ async def test_provenance_of_add_supersede_noop_and_the_superseded_line(tmp_path
     found = lines(ctx.root)
     sessions = {k: b.source_session for k, b in found.items()}  # type: ignore[attr-defined]
     assert sessions == {porto: "web:first", cello: "web:first", fact_id(r2, 0): "web:second"}
+
+
+@pytest.mark.parametrize(
+    ("speaker_kind", "trigger_kind", "user_attr"),
+    [("human-turn", "none", "owner"), ("human-turn", "cron", "assistant"), ("unknown", "none", "assistant")],
+)
+async def test_each_line_records_who_said_it_and_a_task_becomes_a_note(
+    tmp_path: Path, embedder, speaker_kind: str, trigger_kind: str, user_attr: str
+) -> None:
+    """CAP-63 and the attribution of a captured line: the owner only on a host-verified owner turn
+    (a human turn that no trigger started); a document stays a document; everything else is the
+    assistant's word. An event keeps its own signifier."""
+    ctx = context(tmp_path / "mem", embedder)
+    record = admit(ctx, "r1", 0, speaker_kind=speaker_kind, trigger_kind=trigger_kind)
+    memories = (
+        mem(0, "Ana likes figs."),
+        PlanMemory(
+            index=1,
+            text="Ana said figs are best dried.",
+            kind="fact",
+            source="assistant",
+            salience=0.9,
+            entities=(),
+        ),
+        PlanMemory(
+            index=2,
+            text="The fig guide lists six kinds.",
+            kind="fact",
+            source="document",
+            salience=0.9,
+            entities=(),
+        ),
+        mem(3, "Buy figs on Friday.", kind="task"),
+        mem(4, "Fig festival on Saturday.", kind="event"),
+    )
+    plan = RetainedPlan(
+        memories=memories,
+        entities=(),
+        relations=(),
+        reviewed=True,
+        decisions=tuple(decide(i) for i in range(5)),
+    )
+    await reconcile(ctx, record, plan)
+    found = lines(ctx.root)
+    got = {
+        i: (
+            found[fact_id(record, i)].attr,
+            found[fact_id(record, i)].type,  # type: ignore[attr-defined]
+            found[fact_id(record, i)].signifier,
+        )
+        for i in range(5)
+    }  # type: ignore[attr-defined]
+    assert got == {
+        0: (user_attr, "fact", "–"),
+        1: ("assistant", "fact", "–"),
+        2: ("document", "fact", "–"),
+        3: (user_attr, "note", "–"),
+        4: (user_attr, "event", "o"),
+    }
+
+
+async def test_the_commit_publishes_entities_alone_and_only_relations_between_kept_entities(
+    tmp_path: Path, embedder
+) -> None:
+    """The graph gets a plan's entities even without relations, and only relations whose two ends are
+    entities of kept lines (an end no line names would be an unknown entity to the graph)."""
+    ctx = context(tmp_path / "mem", embedder)
+    record = admit(ctx, "r1", 0)
+    plan = RetainedPlan(
+        memories=(mem(0, "Ana loves the sea.", ANA), mem(1, "Lisbon is windy.", LISBON)),
+        entities=(
+            PlanEntity(id=ANA, name="Ana", type="person"),
+            PlanEntity(id=LISBON, name="Lisbon", type="place"),
+        ),
+        relations=(PlanRelation(from_id=ANA, relation="lives_in", to_id=LISBON),),
+        reviewed=True,
+        decisions=(decide(0), decide(1, "DROP")),
+    )
+    await reconcile(ctx, record, plan)
+    graph = load_graph(ctx.root)
+    assert sorted(graph.entities) == [ANA] and graph.relations == {}
+
+
+async def test_the_commit_indexes_with_the_store_embedder(tmp_path: Path, embedder) -> None:
+    # The index generation the commit writes carries the store's embedding identity: a search with that
+    # embedder reads it as it is (no rebuild to a new generation).
+    ctx = context(tmp_path / "mem", embedder)
+    record = admit(ctx, "r1", 0)
+    await reconcile(ctx, record, two_facts_threaded(record))
+    index = MemoryIndex(ctx.root, embedder)
+    generation = index.active_generation()
+    assert generation is not None
+    assert [h.id for h in index.search("Where does Ana live?", limit=1)] == [fact_id(record, 0)]
+    assert index.active_generation() == generation
