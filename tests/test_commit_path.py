@@ -24,6 +24,7 @@ from tempomem.activities.curation import CurationActivities, current_lines, plan
 from tempomem.activities.plan import (
     PlanDecision,
     PlanEntity,
+    PlanLabel,
     PlanMemory,
     PlanRelation,
     RetainedPlan,
@@ -237,6 +238,7 @@ async def test_update_rewrites_in_place_and_records_the_conversation(tmp_path: P
     assert list(found) == [target]  # an UPDATE adds no line
     assert found[target].text == "Ana lives in Lisbon."  # type: ignore[attr-defined]
     assert found[target].source_session == "web:second"  # type: ignore[attr-defined]  # PROV-08
+    assert found[target].status == "open"  # type: ignore[attr-defined]  # an UPDATE never invalidates
     hits = MemoryIndex(ctx.root, None).search("Lisbon", limit=5)
     assert [h.id for h in hits] == [target]  # the index row follows the rewritten text
     assert replay_projection.load(ctx.root).entries == ()  # no edge for an UPDATE
@@ -448,8 +450,11 @@ async def test_each_line_records_who_said_it_and_a_task_becomes_a_note(
     assistant's word. An event keeps its own signifier."""
     ctx = context(tmp_path / "mem", embedder)
     record = admit(ctx, "r1", 0, speaker_kind=speaker_kind, trigger_kind=trigger_kind)
+    label = PlanLabel(
+        kind="fact", scope="agent", key="other:fruit", value="figo de São Paulo", attribution="owner"
+    )
     memories = (
-        mem(0, "Ana likes figs."),
+        mem(0, "Ana likes figs.").model_copy(update={"labels": (label,)}),
         PlanMemory(
             index=1,
             text="Ana said figs are best dried.",
@@ -486,6 +491,12 @@ async def test_each_line_records_who_said_it_and_a_task_becomes_a_note(
         )
         for i in range(5)
     }  # type: ignore[attr-defined]
+    # The labels are stored as sorted-key JSON with text as written; src is the model's source.
+    stored = found[fact_id(record, 0)].labels  # type: ignore[attr-defined]
+    assert json.loads(stored) == [label.model_dump()] and "São Paulo" in stored
+    assert list(json.loads(stored)[0]) == sorted(label.model_dump())
+    assert found[fact_id(record, 3)].labels is None  # type: ignore[attr-defined]
+    assert [found[fact_id(record, i)].src for i in range(3)] == ["user", "assistant", "document"]  # type: ignore[attr-defined]
     assert got == {
         0: (user_attr, "fact", "–"),
         1: ("assistant", "fact", "–"),
@@ -528,3 +539,47 @@ async def test_the_commit_indexes_with_the_store_embedder(tmp_path: Path, embedd
     assert generation is not None
     assert [h.id for h in index.search("Where does Ana live?", limit=1)] == [fact_id(record, 0)]
     assert index.active_generation() == generation
+
+
+@pytest.mark.parametrize("skipped", ["append_bullets", "apply_delta"])
+async def test_a_commit_that_did_not_land_is_a_storage_failure(
+    tmp_path: Path, embedder, monkeypatch: pytest.MonkeyPatch, skipped: str
+) -> None:
+    """RPL-06: the commit proves Markdown and sidecar hold the delta before the receipt may retire the
+    intent; a write that silently did not happen is a content-free storage failure."""
+    from temporalio.exceptions import ApplicationError
+
+    ctx = context(tmp_path / "mem", embedder)
+    record = admit(ctx, "r1", 0)
+    if skipped == "append_bullets":
+        monkeypatch.setattr(curation, "append_bullets", lambda *a, **k: 0)
+    else:
+        monkeypatch.setattr(curation.replay_projection, "apply_delta", lambda *a, **k: 0)
+    with pytest.raises(ApplicationError) as err:
+        await reconcile(ctx, record, two_facts_threaded(record))
+    assert (err.value.type, err.value.message) == ("storage_error", "CaptureFailure")
+
+
+async def test_an_update_rewrites_only_the_file_that_holds_its_target(tmp_path: Path, embedder) -> None:
+    ctx = context(tmp_path / "mem", embedder)
+    r1 = admit(ctx, "r1", 0)
+    await reconcile(ctx, r1, _single("Ana lives in Porto."))
+    r2 = admit(ctx, "r2", 24 * 60)  # the next day: its own daily file
+    await reconcile(ctx, r2, _single("Ana plays the cello."))
+    other = ctx.root / "daily" / "2026-12-02.md"
+    before = (other.stat().st_ino, other.read_bytes())
+    r3 = admit(ctx, "r3", 24 * 60 + 5)
+    update = decide(0, "UPDATE", target_id=fact_id(r1, 0), text="Ana lives in Lisbon.")
+    await reconcile(ctx, r3, _single("Ana lives in Lisbon.").model_copy(update={"decisions": (update,)}))
+    assert lines(ctx.root)[fact_id(r1, 0)].text == "Ana lives in Lisbon."  # type: ignore[attr-defined]
+    assert (other.stat().st_ino, other.read_bytes()) == before  # untouched, not rewritten in place
+
+
+def _single(text: str) -> RetainedPlan:
+    return RetainedPlan(
+        memories=(mem(0, text, ANA),),
+        entities=(PlanEntity(id=ANA, name="Ana", type="person"),),
+        relations=(),
+        reviewed=True,
+        decisions=(decide(0),),
+    )
