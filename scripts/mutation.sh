@@ -57,9 +57,12 @@ for k, v in pt.items():
 EOF
   # Same configuration: bring sources and tests up to date and keep mutmut's results (it regenerates the
   # mutants of changed functions and collects stats for new tests); another configuration starts over.
-  if [ -d "$work/mutants" ] && cmp -s "$stage/pyproject.toml" "$work/pyproject.toml"; then
+  # The test selection is not part of that comparison: a test added to it is like a test added to a
+  # selected file (kept results stand until those mutants are run again by name).
+  if [ -d "$work/mutants" ] && cmp -s <(grep -v '^pytest_add_cli_args_test_selection' "$stage/pyproject.toml") \
+    <(grep -v '^pytest_add_cli_args_test_selection' "$work/pyproject.toml"); then
     rm -rf "$work/src" "$work/tests"
-    mv "$stage/src" "$stage/tests" "$work/"
+    mv "$stage/src" "$stage/tests" "$stage/pyproject.toml" "$work/"
     rm -rf "$stage"
     return
   fi
