@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from tempomem.activities.curation import plan_edges
 from tempomem.activities.plan import RetainedPlan
 from tempomem.storage import replay_projection
+from tempomem.storage.fence import mark_rebuild_required
 from tempomem.storage.intake import Intake, RecordState
 
 
@@ -44,5 +45,6 @@ def adopt_replay(root: Path) -> AdoptionReport:
         delta.extend(plan_edges(record_id, intake.load_payload(record_id), plan))
     if not delta:
         return AdoptionReport(status="nothing_to_adopt", intents=intents, entries=0)
+    mark_rebuild_required(root)  # RPL-17: first, so no kill leaves an adopted store a worker may start
     written = replay_projection.apply_delta(root, delta)
     return AdoptionReport(status="adopted", intents=intents, entries=written)

@@ -56,12 +56,12 @@ from tempomem.storage.limits import MIB
 from tempomem.storage.turn import AdmissionStatus, CompletedTurn
 from tempomem.workflows.backfill import (
     ADMIT_BATCH,
-    RECORD_STATE,
     AdmitBatchInput,
     AdmitBatchResult,
     BackfillSource,
     BadLine,
 )
+from tempomem.workflows.child_capture import RECORD_STATE
 from tempomem.workflows.common import RecordRef
 
 MAX_LINE_BYTES = 8 * MIB  # a longer JSONL line is reported (line_too_long) and skipped

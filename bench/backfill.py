@@ -36,14 +36,14 @@ from temporalio.worker import Worker
 
 from tempomem.activities.backfill import load_locomo
 from tempomem.activities.context import StoreContext
-from tempomem.backfill import backfill_worker_extras, follow_backfill, start_backfill, write_jsonl
+from tempomem.backfill import follow_backfill, start_backfill, write_jsonl
 from tempomem.config import load_config_data
 from tempomem.devserver import temporal_cli
 from tempomem.storage.fsio import exclusive_lock
 from tempomem.storage.projection import project
 from tempomem.storage.store_ref import STORE_LOCK
 from tempomem.store import MemoryStore
-from tempomem.worker import store_activities
+from tempomem.worker import backfill_worker_extras, store_activities
 from tempomem.workflows import search_attributes
 from tempomem.workflows.capture import CaptureWorkflow
 from tempomem.workflows.common import PROJECT, ProjectionResult, RecordRef

@@ -25,6 +25,7 @@ from tempomem.recall.guidance import (
     conversation_bucket,
     labelled_background,
 )
+from tempomem.recall.owner_profile import NO_PROFILE, OwnerProfile
 from tempomem.recall.person_card import NO_CARDS, PERSON_CARD_MAX_BYTES, PersonCards, person_cards
 from tempomem.recall.profiles import scored_by
 from tempomem.recall.search import Hit
@@ -269,12 +270,14 @@ class AutoLookup:
     block: AutoBlock
     cards: PersonCards = NO_CARDS  # GUIDE-08..18; empty unless the person-card switch is on
     background: Background = NO_BACKGROUND  # GUIDE-06/07; empty unless the background switch is on
+    profile: OwnerProfile = NO_PROFILE  # PROFILE-01..11; empty unless memory.profile.enabled
 
     @property
     def context_text(self) -> str:
-        """The whole automatic context: person cards, labelled background, then the block
-        (within AUTO_CONTEXT_MAX_BYTES)."""
-        return "\n\n".join(t for t in (self.cards.text, self.background.text, self.block.text) if t)
+        """The whole automatic context: the owner profile, person cards, labelled background, then the
+        block (within AUTO_CONTEXT_MAX_BYTES)."""
+        parts = (self.profile.text, self.cards.text, self.background.text, self.block.text)
+        return "\n\n".join(t for t in parts if t)
 
 
 _SEPARATOR_BYTES = len(b"\n\n")
@@ -293,6 +296,7 @@ def automatic_lookup(
     intent_expiry: bool = False,
     cards_from: GraphReader | None = None,
     background: BackgroundScopes | None = None,
+    profile: OwnerProfile | None = None,
 ) -> AutoLookup:
     """Run the turn's one direct lookup (the bounded fifty-hit superset) and select the block from it.
 
@@ -309,9 +313,17 @@ def automatic_lookup(
     uses this same lookup (no extra backend call, no graph), and takes from what the cards left of the
     non-block share before the block takes the rest (GUIDE-15). A line it shows does not repeat in the
     block.
+
+    ``profile`` (BuJo ``memory.profile.enabled``) comes first on an allowed turn only (PROFILE-02); its
+    bytes count against the whole context, and a failing backend never takes it away (PROFILE-11).
+    ``None`` (default) is byte-identical (PROFILE-24).
     """
+    shown_profile = NO_PROFILE
+    if profile is not None and profile.text and gate.allows_automatic_context():
+        shown_profile = profile
+        context_bytes_used += profile.byte_size + _SEPARATOR_BYTES
     if not owner_text.strip():
-        return AutoLookup([], _empty("no_hits"))
+        return AutoLookup([], _empty("no_hits"), profile=shown_profile)
     cards = NO_CARDS
     if cards_from is not None and gate.allows_automatic_context():
         try:
@@ -331,7 +343,7 @@ def automatic_lookup(
     try:
         hits = list(backend.search(owner_text, limit=DELIBERATE_SUPERSET))
     except Exception:
-        return AutoLookup([], _empty("backend_unavailable"), cards)
+        return AutoLookup([], _empty("backend_unavailable"), cards, profile=shown_profile)
     labelled = NO_BACKGROUND
     if background is not None and gate.allows_automatic_context():
         remaining = AUTO_CONTEXT_MAX_BYTES - context_bytes_used
@@ -359,7 +371,7 @@ def automatic_lookup(
         intent_expiry=intent_expiry,
         shown_elsewhere=labelled.line_ids,
     )
-    return AutoLookup(hits, block, cards, labelled)
+    return AutoLookup(hits, block, cards, labelled, shown_profile)
 
 
 def load_block(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tempomem.recall.embedding import EmbeddingError, EmbeddingIdentity, l2_normalise
+from tempomem.recall.embedding_types import EmbeddingError, EmbeddingIdentity, l2_normalise
 
 E5_PROVIDER = "local-e5"
 E5_MODEL = "multilingual-e5-small-q4"

@@ -7,18 +7,27 @@ tokenizer is vendored under ``recall/assets/minilm``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import httpx
 import numpy as np
 
+from tempomem.recall.embedding_types import EmbeddingError, EmbeddingIdentity, EmbeddingProvider, l2_normalise
 from tempomem.storage.tls import client_context
+
+__all__ = [
+    "EmbeddingError",
+    "EmbeddingIdentity",
+    "EmbeddingProvider",
+    "HttpEmbedder",
+    "LocalMiniLMEmbedder",
+    "l2_normalise",
+    "make_embedder",
+]
 
 LOCAL_PROVIDER = "local"
 LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
@@ -35,43 +44,6 @@ DEFAULT_ENDPOINTS = {
     "lmstudio": "http://localhost:1234",
     "openai": "https://api.openai.com",
 }
-
-
-class EmbeddingError(Exception):
-    """The embedding provider failed or answered something unusable (maps to ``embedding_unavailable``)."""
-
-
-@dataclass(frozen=True)
-class EmbeddingIdentity:
-    """What produced a vector. Vectors from different identities are never mixed or reused."""
-
-    provider: str
-    model: str
-    dim: int
-
-    def key(self) -> str:
-        # Short and filesystem/SQL-safe; stable across processes and Python versions (no hash()).
-        raw = f"{self.provider}\x00{self.model}\x00{self.dim}".encode()
-        return f"{self.provider}-{self.dim}-{hashlib.sha256(raw).hexdigest()[:12]}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"provider": self.provider, "model": self.model, "dim": self.dim}
-
-
-@runtime_checkable
-class EmbeddingProvider(Protocol):
-    identity: EmbeddingIdentity
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Return float32 array of shape (len(texts), identity.dim) with L2-normalised rows."""
-        ...
-
-
-def l2_normalise(vectors: np.ndarray) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    # A zero vector stays zero rather than becoming NaN (cosine 0 = no semantic evidence).
-    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
 
 
 # ---------------------------------------------------------------------------------------------------

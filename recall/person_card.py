@@ -26,7 +26,7 @@ from datetime import date, datetime, tzinfo
 
 from tempomem.recall.graph_read import GraphReader, bullet_hit
 from tempomem.recall.search import Hit
-from tempomem.recall.shaping import currentness, cut_utf8, display_key, is_recallable
+from tempomem.recall.shaping import currentness, cut_utf8, display_key, is_recallable, value_text
 from tempomem.storage.graph import EntityRow
 from tempomem.storage.limits import AUTO_BLOCK_BUDGET_BYTES, AUTO_CONTEXT_MAX_BYTES, AUTO_LINE_MAX_BYTES
 
@@ -35,9 +35,9 @@ PERSON_CARD_MAX_BYTES = AUTO_CONTEXT_MAX_BYTES - AUTO_BLOCK_BUDGET_BYTES
 CARD_HEADING = "## Person card (from memory; verify before relying)"
 CONFLICTING = "conflicting values — ask"
 ATTRIBUTIONS = {"owner": "you said", "document": "from a document"}  # GUIDE-09: user-stated or document
-SRC_ATTRIBUTION = {"user": "owner", "document": "document"}
+SRC_ATTRIBUTION = {"user": "owner", "document": "document", "assistant": "assistant"}
 BIRTH_KEYS = frozenset({"birth date", "birthdate", "birthday", "date of birth", "born", "dob"})
-PERSON_REF_RE = re.compile(r"(?<![\w:])person:[a-z0-9_-]+(?![\w-])")  # AMB-56
+ENTITY_REF_RE = re.compile(r"(?<![\w:])[a-z]+:[a-z0-9_-]+(?![\w-])")  # AMB-56: person:<id>, org:<id> …
 _FULL_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -47,9 +47,14 @@ def _fold(text: str) -> str:
 
 def match_people(message: str, entities: dict[str, EntityRow]) -> list[EntityRow]:
     """Person entities the message names, in order of first mention (AMB-56). Only ``person`` rows."""
-    people = {eid: row for eid, row in entities.items() if row.type == "person"}
+    return match_entities(message, {eid: row for eid, row in entities.items() if row.type == "person"})
+
+
+def match_entities(message: str, people: dict[str, EntityRow]) -> list[EntityRow]:
+    """The entities of ``people`` the message names by ``<type>:<id>`` or exact display name, in order of
+    first mention (AMB-56: NFC + casefold, word boundaries, any language)."""
     first: dict[str, int] = {}
-    for m in PERSON_REF_RE.finditer(message):
+    for m in ENTITY_REF_RE.finditer(message):
         if m.group(0) in people:
             first.setdefault(m.group(0), m.start())
     folded = _fold(message)
@@ -63,19 +68,6 @@ def match_people(message: str, entities: dict[str, EntityRow]) -> list[EntityRow
     return [people[eid] for eid in sorted(first, key=lambda e: (first[e], e))]
 
 
-def _value_text(value: object) -> str:
-    """GUIDE-13: text, never JSON."""
-    if isinstance(value, str):
-        return " ".join(value.split())
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list):
-        return ", ".join(_value_text(v) for v in value)
-    if isinstance(value, dict):
-        return "; ".join(f"{k}: {_value_text(v)}" for k, v in value.items())
-    return str(value)
-
-
 @dataclass(frozen=True)
 class CardFact:
     key: str  # display key (no ``other:``)
@@ -84,8 +76,9 @@ class CardFact:
     attribution: str  # "you said" | "from a document"
 
 
-def _facts_of(hit: Hit, person: EntityRow) -> list[CardFact]:
-    """The line's fact labels about ``person`` that the owner stated or a document holds."""
+def entity_fact_labels(hit: Hit, entity: EntityRow) -> list[dict]:
+    """The line's well-formed fact labels (a key, a value) about ``entity``: its id or display name as the
+    label's subject; a label without one is about the line's own entities, else the owner (AMB-27)."""
     try:
         data = json.loads(hit.labels or "")
     except ValueError:
@@ -93,7 +86,7 @@ def _facts_of(hit: Hit, person: EntityRow) -> list[CardFact]:
     if not isinstance(data, list):
         return []
     default_subject = ",".join(sorted(hit.entities)) if hit.entities else "owner"
-    out: list[CardFact] = []
+    out: list[dict] = []
     for item in data:
         if not isinstance(item, dict) or item.get("kind") != "fact":
             continue
@@ -101,15 +94,29 @@ def _facts_of(hit: Hit, person: EntityRow) -> list[CardFact]:
         if not isinstance(key, str) or not key.strip() or value is None:
             continue
         subject = item.get("subject") if isinstance(item.get("subject"), str) else default_subject
-        if subject != person.id and _fold(subject) != _fold(person.name):
-            continue
-        who = item.get("attribution") if isinstance(item.get("attribution"), str) else None
-        who = who or hit.attr or SRC_ATTRIBUTION.get(hit.src or "")
+        if subject == entity.id or _fold(subject) == _fold(entity.name):
+            out.append(item)
+    return out
+
+
+def label_attribution(label: dict, hit: Hit) -> str | None:
+    """``owner`` | ``document`` | ``assistant`` from the label, else the line's attribution or source."""
+    who = label.get("attribution") if isinstance(label.get("attribution"), str) else None
+    return who or hit.attr or SRC_ATTRIBUTION.get(hit.src or "")
+
+
+def _facts_of(hit: Hit, person: EntityRow) -> list[CardFact]:
+    """The line's fact labels about ``person`` that the owner stated or a document holds."""
+    out: list[CardFact] = []
+    for label in entity_fact_labels(hit, person):
+        who = label_attribution(label, hit)
         if who not in ATTRIBUTIONS:
             continue  # assistant-noted or unattributed facts stay off the card
-        text = _value_text(value)
+        text = value_text(label["value"])
         if text:
-            out.append(CardFact(display_key(key), text, hit.recorded[:10] or hit.day, ATTRIBUTIONS[who]))
+            out.append(
+                CardFact(display_key(label["key"]), text, hit.recorded[:10] or hit.day, ATTRIBUTIONS[who])
+            )
     return out
 
 

@@ -21,6 +21,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from tempomem.recall.profiles import scored_by
+from tempomem.recall.recency import recency_order
 from tempomem.recall.search import Hit
 from tempomem.storage.limits import CONFLICT_CHECK_DEPTH, DELIBERATE_FLOOR, TAIL_MARGIN
 
@@ -172,9 +173,17 @@ class StructuredLabel:
     attribution: str | None = None
 
 
-def _value_text(value: object) -> str:
-    # GUIDE-13: values render as text, never as JSON.
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+def value_text(value: object) -> str:
+    """A label value as text, never JSON (GUIDE-13, REC-49): lists joined, objects as ``k: v``."""
+    if isinstance(value, str):
+        return " ".join(value.split())
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(value_text(v) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {value_text(v)}" for k, v in value.items())
+    return str(value)
 
 
 def parse_labels(hit: Hit) -> list[StructuredLabel]:
@@ -200,7 +209,7 @@ def parse_labels(hit: Hit) -> list[StructuredLabel]:
             continue
         subject = item.get("subject") if isinstance(item.get("subject"), str) else default_subject
         attribution = item.get("attribution") if isinstance(item.get("attribution"), str) else None
-        out.append(StructuredLabel(kind, scope, subject, key, _value_text(item["value"]), attribution))
+        out.append(StructuredLabel(kind, scope, subject, key, value_text(item["value"]), attribution))
     return out
 
 
@@ -329,9 +338,12 @@ def shape_hits(
     intent_expiry: bool = False,
     floor: float | None = None,
     margin: float = TAIL_MARGIN,
+    recency_now: datetime | None = None,
 ) -> Shaped:
     """Shape the deliberate superset (REC-33) into at most ``limit`` delivered hits.
 
+    ``recency_now`` (BuJo ``recall.recency``) reorders the qualifying delivered hits by recency
+    (INTENT-31..36): the same hits with the same scores, only their order changes.
     Hybrid: conflicts on the top ``CONFLICT_CHECK_DEPTH`` before the cut (REC-39), tail cut unless in
     original-query mode (REC-13), then the insufficient-evidence note below the floor (REC-40).
     Lexical-only or mode-less results keep their previous shape: no cut, notes or currentness (REC-42).
@@ -358,7 +370,11 @@ def shape_hits(
         to_recall_hit(
             h, currentness(h, now=now, tz=tz, superseded_ids=superseded_ids, intent_expiry=intent_expiry)
         )
-        for h in kept[:limit]
+        for h in (
+            recency_order(kept[:limit], now=recency_now, floor=floor, margin=margin)
+            if recency_now is not None
+            else kept[:limit]
+        )
     ]
 
     notes: list[str] = []

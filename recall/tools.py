@@ -15,9 +15,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from tempomem.recall.fact_sheet import NO_SHEET, fact_sheet, sheet_conflict_note
 from tempomem.recall.graph_read import GraphReader, expand_hits
 from tempomem.recall.guidance import guidance_lines, guidance_section
 from tempomem.recall.journal import JournalError, JournalResult, JournalSession
+from tempomem.recall.recency import recency_order
 from tempomem.recall.search import Hit
 from tempomem.recall.shaping import (
     Evidence,
@@ -115,6 +117,7 @@ def memory_recall(
     intent_expiry: bool = False,
     guidance: bool = True,
     graph: GraphReader | None = None,
+    recency: bool = False,
 ) -> RecallResult:
     """Deliberate recall over the fifty-hit superset, shaped per REC-13..REC-47.
 
@@ -124,8 +127,10 @@ def memory_recall(
     it. With it off, or with no eligible labelled lines, the output is byte-identical to plain shaping.
     ``graph`` switches on one-hop graph expansion (GRAPH-09, GRAPH-10, REC-37; also in original-query
     mode, REC-11) for BuJo hosts; ``None`` (the default, and always for Lite/Journal, GRAPH-11) leaves the
-    output byte-identical. Expansion never runs on lexical/degraded results (REC-42) and never adds a
-    backend call; evidence notes still come from the direct superset (REC-39, REC-40).
+    output byte-identical. ``recency`` (BuJo ``recall.recency``) reorders the qualifying delivered hits
+    by recency, scores and membership unchanged (INTENT-31..36). Expansion never runs on
+    lexical/degraded results (REC-42) and never adds a backend call; evidence notes still come from the
+    direct superset (REC-39, REC-40).
     """
     _validate(query, use_original_query, kind, limit)
     if use_original_query and original_hits is None:
@@ -153,6 +158,7 @@ def memory_recall(
         superseded_ids=superseded_ids,
         intent_expiry=intent_expiry,
         floor=floor,
+        recency_now=now if recency else None,
     )
     if graph is not None and shaped.mode == "hybrid" and shaped.hits:
         final = expand_hits(
@@ -164,6 +170,8 @@ def memory_recall(
             superseded_ids=superseded_ids,
             floor=floor,
         )
+        if recency:
+            final = recency_order(final, now=now, floor=floor)
         shaped = replace(
             shaped,
             hits=[
@@ -181,10 +189,32 @@ def memory_recall(
         section = guidance_section(
             guidance_lines(hits, now=now, tz=tz, kind=kind, superseded_ids=superseded_ids)
         )
+    sheet = NO_SHEET
+    if graph is not None and shaped.mode != "lexical" and (query or about):
+        # REC-49: the entities the request names (AMB-30 order: notes, guidance, fact sheet, hits).
+        sheet = fact_sheet(
+            " ".join(filter(None, [about, query])),
+            graph,
+            now=now,
+            tz=tz,
+            superseded_ids=superseded_ids,
+            intent_expiry=intent_expiry,
+        )
+    if sheet.conflicts and shaped.evidence != "conflicting":
+        shaped = replace(
+            shaped, evidence="conflicting", notes=[sheet_conflict_note(sheet.conflicts), *shaped.notes]
+        )
+    if sheet.text:
+        section = "\n".join(filter(None, [section, sheet.text]))
     text = render_shaped(shaped, section)
     if not shaped.hits:
         text = "\n".join(
-            [*shaped.notes, NO_HITS_TEXT, *([RUN_HISTORY_HANDOFF] if run_history_available else [])]
+            [
+                *shaped.notes,
+                *([sheet.text] if sheet.text else []),
+                NO_HITS_TEXT,
+                *([RUN_HISTORY_HANDOFF] if run_history_available else []),
+            ]
         )
     mode = shaped.mode if shaped.mode in ("hybrid", "lexical") else None
     return RecallResult(hits=shaped.hits, evidence=shaped.evidence, mode=mode, text=text)  # type: ignore[arg-type]

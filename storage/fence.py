@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from tempomem.storage.fsio import ensure_private_dir
+from tempomem.storage.fsio import atomic_write, ensure_private_dir, fsync_dir
 from tempomem.storage.limits import FILE_MODE
 
 FENCE_FILE = ".agent.lock"
@@ -46,3 +46,36 @@ def fence_is_held(root: Path) -> bool:
             return False
     except AgentRunningError:
         return True
+
+
+# RPL-17: between adopt-replay and the rebuild that must follow it the service must not start. Adoption
+# writes this marker (before the sidecar, so a kill in between still blocks a start); a worker refuses to
+# start while it exists; only a completed rebuild removes it.
+REBUILD_REQUIRED_FILE = ".rebuild-required"
+
+
+class RebuildRequiredError(Exception):
+    """adopt-replay ran and no rebuild has completed since: run ``tempomem rebuild`` before the worker."""
+
+
+def mark_rebuild_required(root: Path) -> None:
+    atomic_write(Path(root) / REBUILD_REQUIRED_FILE, b"adopt-replay\n")
+
+
+def rebuild_required(root: Path) -> bool:
+    return os.path.lexists(Path(root) / REBUILD_REQUIRED_FILE)
+
+
+def clear_rebuild_required(root: Path) -> None:
+    path = Path(root) / REBUILD_REQUIRED_FILE
+    if os.path.lexists(path):
+        path.unlink()
+        fsync_dir(Path(root))
+
+
+def refuse_start_before_rebuild(root: Path) -> None:
+    if rebuild_required(root):
+        raise RebuildRequiredError(
+            f"adopt-replay ran on {root} and no rebuild has completed since: "
+            "run tempomem rebuild before starting the worker (RPL-17)"
+        )

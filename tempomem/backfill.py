@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
-import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -27,14 +26,12 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
 
-    from tempomem.activities.context import StoreContext
     from tempomem.follow import TurnBar
     from tempomem.store import MemoryStore
     from tempomem.workflows.backfill import BackfillProgress
     from tempomem.workflows.consolidation import ConsolidationResult
 
 __all__ = [
-    "backfill_worker_extras",
     "cmd_backfill",
     "cmd_consolidate",
     "consolidate_now",
@@ -47,52 +44,7 @@ __all__ = [
 
 # The CLI imports this module to build its parser: keep Temporal and the activities out of that path.
 FORMATS = ("jsonl", "locomo-turns", "locomo-pairs")  # == workflows.backfill.SOURCE_FORMATS
-_LAZY = {
-    "BackfillProgress": "tempomem.workflows.backfill",
-    "BadLine": "tempomem.workflows.backfill",
-    "ConsolidationResult": "tempomem.workflows.consolidation",
-    "SourceItem": "tempomem.activities.backfill",
-    "file_digest": "tempomem.activities.backfill",
-    "iter_jsonl": "tempomem.activities.backfill",
-    "load_locomo": "tempomem.activities.backfill",
-    "locomo_items": "tempomem.activities.backfill",
-    "locomo_run_id": "tempomem.activities.backfill",
-    "read_jsonl": "tempomem.activities.backfill",
-    "consolidation_schedule_id": "tempomem.activities.consolidation",
-    "ensure_consolidation_schedule": "tempomem.activities.consolidation",
-}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def backfill_worker_extras(
-    ctx: StoreContext, *, capture_cron: bool | None = None, capture_webhook: bool | None = None
-) -> tuple[list[type], list[Callable[..., Any]]]:
-    """The workflows and activities a store's worker registers for backfill and consolidation.
-
-    ``capture_cron`` / ``capture_webhook`` are the ``memory.capture`` trigger switches (WM-15); unset, they
-    are read from ``ctx.capture`` (``cron``/``webhook``) when it carries them, else None: the default
-    (admit), exactly as ``persist_completed_turn`` treats an unset switch.
-    """
-    from tempomem.activities.backfill import BackfillActivities
-    from tempomem.activities.consolidation import ConsolidationActivities
-    from tempomem.workflows.backfill import BackfillWorkflow
-    from tempomem.workflows.consolidation import ConsolidationWorkflow
-
-    if capture_cron is None:
-        capture_cron = getattr(ctx.capture, "cron", None)
-    if capture_webhook is None:
-        capture_webhook = getattr(ctx.capture, "webhook", None)
-    backfill = BackfillActivities(ctx, capture_cron=capture_cron, capture_webhook=capture_webhook)
-    consolidation = ConsolidationActivities(ctx)
-    return (
-        [BackfillWorkflow, ConsolidationWorkflow],
-        [backfill.admit_batch, backfill.record_state, consolidation.regenerate_index],
-    )
 
 
 def detect_format(path: Path, requested: str = "auto") -> str:
@@ -241,22 +193,6 @@ async def consolidate_now(client: Client, store: MemoryStore) -> ConsolidationRe
     )
 
 
-async def worker_polling(client: Client, task_queue: str) -> bool:
-    """Whether a worker polled ``task_queue`` recently (a hint: the server remembers pollers briefly)."""
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
-    return bool(response.pollers)
-
-
 # -- progress display -------------------------------------------------------------------------------------
 
 
@@ -344,7 +280,7 @@ def add_consolidate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from tempomem.cli_common import EXIT_ERROR, EXIT_OK, store_from_args
+    from tempomem.cli.common import EXIT_ERROR, EXIT_OK, store_from_args
     from tempomem.connect import connect
 
     store = store_from_args(args)
@@ -354,6 +290,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
     async def main() -> BackfillProgress | None:
+        from tempomem.worker import note_missing_worker, worker_in_process
+
         client = await connect(store.config, store.base_dir)
         handle = await start_backfill(
             client,
@@ -367,7 +305,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         print(f"backfill {handle.id} on task queue {store.task_queue}", file=sys.stderr, flush=True)
         if args.no_wait:
             return None
-        async with _maybe_worker(client, store, enabled=args.worker) as worker:
+        async with worker_in_process(client, store, enabled=args.worker) as worker:
             if worker is None:
                 await note_missing_worker(client, store)
             bar = ProgressBar()
@@ -403,35 +341,6 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@contextlib.asynccontextmanager
-async def _maybe_worker(client: Client, store: MemoryStore, *, enabled: bool):  # -> AsyncIterator[Task|None]
-    """With ``enabled``, run the store's worker in this process for the block (yields its task)."""
-    if not enabled:
-        yield None
-        return
-    from tempomem.worker import run_worker
-
-    stop = asyncio.Event()
-    task = asyncio.create_task(run_worker(client, store.worker_context(client), stop=stop))
-    try:
-        yield task
-    finally:
-        stop.set()
-        if not task.done() or not task.cancelled():
-            with contextlib.suppress(Exception):
-                await task
-
-
-async def note_missing_worker(client: Client, store: MemoryStore) -> None:
-    """Say so on stderr when no worker polls the store's task queue: the command would wait forever."""
-    if not await worker_polling(client, store.task_queue):
-        print(
-            "note: no worker polls this store's task queue; start `tempomem worker` (or pass --worker)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
 def _as_json(p: BackfillProgress) -> dict[str, Any]:
     import dataclasses
 
@@ -440,7 +349,7 @@ def _as_json(p: BackfillProgress) -> dict[str, Any]:
 
 def cmd_consolidate(args: argparse.Namespace) -> int:
     from tempomem.activities.consolidation import consolidation_schedule_id, ensure_consolidation_schedule
-    from tempomem.cli_common import EXIT_OK, store_from_args
+    from tempomem.cli.common import EXIT_OK, store_from_args
     from tempomem.connect import connect
 
     store = store_from_args(args)
@@ -452,6 +361,8 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     async def main() -> Any:
+        from tempomem.worker import worker_polling
+
         client = await connect(store.config, store.base_dir)
         if args.schedule:
             ctx = store.worker_context(client)

@@ -507,13 +507,6 @@ def _memory_rules(m: MemoryConfig, p: str, *, tier_rules: bool = True) -> list[C
         for key, on, req in flags:
             if on:
                 out.append(_v(f"{p}.{key}", f'is BuJo-only; mode is "{m.mode}" ({req}, AMB-42)'))
-    else:  # accepted by the schema, not built yet: refuse rather than validate and do nothing
-        for key, on, what in (
-            ("recall.recency", m.recall is not None and m.recall.recency, "recency (INTENT-31..33)"),
-            ("profile.enabled", m.profile is not None and m.profile.enabled, "the profile (PROFILE-01..25)"),
-        ):
-            if on:
-                out.append(_v(f"{p}.{key}", f"is not supported yet: {what} is not implemented; leave it off"))
     if m.max_bytes > AUTO_CONTEXT_MAX_BYTES:
         out.append(
             _v(

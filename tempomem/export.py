@@ -849,7 +849,7 @@ def _print_error(exc: Exception) -> int:
 def add_export_commands(sub: Any, load: Any) -> None:
     """Register ``export`` and ``import`` on the ``tempomem`` subparsers.
 
-    ``load(args) -> (TempomemConfig, base_dir)`` is ``tempomem.cli_common.load_args_config``.
+    ``load(args) -> (TempomemConfig, base_dir)`` is ``tempomem.cli.common.load_args_config``.
     ``AgentRunningError`` is left to ``tempomem.cli.main`` (exit 3); archive problems print ``error: …``
     and exit 1.
     """

@@ -14,7 +14,6 @@ import dataclasses
 import json
 import re
 import sys
-from collections.abc import Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
 
-    from tempomem.activities.context import StoreContext
     from tempomem.store import MemoryStore
     from tempomem.workflows.recurate import RecurateProgress
 
@@ -49,15 +47,6 @@ class RecurateRequest:
     dry_run: bool
     run_id: str
     archived: int  # archived turns in the range when the request was made (the progress bar's total)
-
-
-def recurate_worker_extras(ctx: StoreContext) -> tuple[list[type], list[Callable[..., Any]]]:
-    """The workflow and activities a store's worker registers for re-curation."""
-    from tempomem.activities.recurate import RecurateActivities
-    from tempomem.workflows.recurate import RecurateWorkflow
-
-    acts = RecurateActivities(ctx)
-    return [RecurateWorkflow], [acts.admit, acts.dry_run]
 
 
 def make_request(
@@ -172,9 +161,9 @@ def add_recurate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_recurate(args: argparse.Namespace) -> int:
-    from tempomem.backfill import _maybe_worker, note_missing_worker
-    from tempomem.cli_common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, store_from_args
+    from tempomem.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, store_from_args
     from tempomem.connect import connect
+    from tempomem.worker import note_missing_worker, worker_in_process
 
     store = store_from_args(args)
     try:
@@ -197,7 +186,7 @@ def cmd_recurate(args: argparse.Namespace) -> int:
         client = await connect(store.config, store.base_dir)
         handle = await start_recurate(client, store, req)
         print(f"recurate {handle.id} on task queue {store.task_queue}", file=sys.stderr, flush=True)
-        async with _maybe_worker(client, store, enabled=args.worker) as worker:
+        async with worker_in_process(client, store, enabled=args.worker) as worker:
             if worker is None:
                 await note_missing_worker(client, store)
             bar = None if args.json else TurnBar(total=req.archived, desc=req.run_id)

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from tempomem.recall.embedding import EmbeddingProvider
     from tempomem.recall.index import Hit, MemoryIndex, RebuildReport
     from tempomem.recall.journal import JournalResult
+    from tempomem.recall.owner_profile import OwnerProfile
+    from tempomem.recall.session_receipts import SessionReceiptCache
     from tempomem.recall.tools import RecallResult
     from tempomem.storage.remember import RememberResult
 
@@ -132,6 +134,7 @@ class MemoryStore:
         self.first_delay_seconds = first_delay_seconds
         self._client = client
         self._start_blocked_until = 0.0
+        self._receipts: SessionReceiptCache | None = None
         self._embedder: EmbeddingProvider | None = None
         self._index: MemoryIndex | None = None
         self._journal_session: Any = None
@@ -337,6 +340,7 @@ class MemoryStore:
             superseded_ids=self._superseded_ids(),
             intent_expiry=self._intent_expiry(),
             graph=GraphReader(self.root) if bujo else None,  # GRAPH-09/11: only BuJo keeps a graph
+            recency=bool(bujo and self.config.memory.recall and self.config.memory.recall.recency),
         )
 
     async def recall(
@@ -359,6 +363,11 @@ class MemoryStore:
             use_original_query=use_original_query,
             original_hits=original_hits,
         )
+
+    async def recall_with_outcome(self, query: str, *, limit: int = 8) -> RecallResult:
+        """The reference's programmatic deliberate retrieval (REC-51): ``recall`` under its name. Works on
+        every tier; a failing backend gives ``degraded=True`` and no hits, never an exception."""
+        return await self.recall(query, limit=limit)
 
     def journal_sync(
         self,
@@ -403,6 +412,39 @@ class MemoryStore:
             self.journal_sync, from_date, through_date, time_zone=time_zone, limit=limit, cursor=cursor
         )
 
+    @property
+    def session_receipts(self) -> SessionReceiptCache:
+        """Volatile receipts of what a retained provider session already holds (PROFILE-12..22): call
+        ``prepare(conversation_id, lookup, retained_session=...)`` before the provider and
+        ``confirm(injection, invocation_ok=..., retained=...)`` after it. Never persisted."""
+        if self._receipts is None:
+            from tempomem.recall.session_receipts import SessionReceiptCache
+
+            self._receipts = SessionReceiptCache()
+        return self._receipts
+
+    def _profile_enabled(self) -> bool:
+        memory = self.config.memory
+        return bool(memory.mode == "bujo" and memory.profile and memory.profile.enabled)
+
+    def profile_sync(self) -> OwnerProfile:
+        """The owner profile by the automatic rule (PROFILE-03..09; ``tempomem profile``, CLI-17), whether
+        or not ``memory.profile.enabled`` injects it. Read-only; empty off BuJo (PROFILE-01)."""
+        from tempomem.recall.graph_read import GraphReader
+        from tempomem.recall.owner_profile import NO_PROFILE, owner_profile
+        from tempomem.recall.tools import host_zone
+
+        self._check_open()
+        if self.config.memory.mode != "bujo":
+            return NO_PROFILE
+        return owner_profile(
+            GraphReader(self.root).lines().values(),
+            now=datetime.now(UTC),
+            tz=host_zone(),
+            max_bytes=self.config.memory.max_bytes,
+            superseded_ids=self._superseded_ids(),
+        )
+
     def automatic_context_sync(
         self,
         turn_text: str,
@@ -440,6 +482,7 @@ class MemoryStore:
             intent_expiry=self._intent_expiry(),
             cards_from=GraphReader(self.root) if self.config.memory.mode == "bujo" else None,
             background=BackgroundScopes(owner_sender=owner_sender),
+            profile=self.profile_sync() if self._profile_enabled() else None,  # PROFILE-01, PROFILE-24
         )
         return lookup
 
@@ -519,6 +562,7 @@ class MemoryStore:
         """A new index generation from canonical Markdown (``RebuildShrinkError`` when it would drop
         most memories, unless ``force``). ``RetainedPlanError`` into Lite or Journal while a BuJo capture
         plan is retained (INTAKE-35), checked before anything is written."""
+        from tempomem.storage.fence import clear_rebuild_required
         from tempomem.storage.intake import RetainedPlanError
 
         self._check_open()
@@ -530,4 +574,6 @@ class MemoryStore:
                     f"{len(retained)} intake record(s) keep a BuJo capture plan, which {tier} "
                     "cannot replay: start the BuJo configuration, let the intake finish, then change tiers"
                 )
-        return self.index.rebuild(force=force)
+        report = self.index.rebuild(force=force)
+        clear_rebuild_required(self.root)  # RPL-17: the service may start again
+        return report

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -30,10 +32,8 @@ from tempomem.activities.intake_ops import IntakeActivities
 from tempomem.activities.llm import check_capture_models
 from tempomem.activities.projection import ProjectionActivities
 from tempomem.activities.sweep import SweepActivities, register_search_attributes, sweep_store
-from tempomem.backfill import backfill_worker_extras
 from tempomem.export import recover_interrupted_import
-from tempomem.recurate import recurate_worker_extras
-from tempomem.storage.fence import hold_fence
+from tempomem.storage.fence import hold_fence, refuse_start_before_rebuild
 from tempomem.storage.intake_tidy import TidyReport, tidy
 from tempomem.storage.limits import SHUTDOWN_DRAIN_SECONDS
 from tempomem.storage.snapshot import Sink, SnapshotPublisher
@@ -68,6 +68,41 @@ def store_activities(ctx: StoreContext) -> Sequence[Any]:
         curation.reconcile,
         sweep.sweep,
     ]
+
+
+def backfill_worker_extras(
+    ctx: StoreContext, *, capture_cron: bool | None = None, capture_webhook: bool | None = None
+) -> tuple[list[type], list[Callable[..., Any]]]:
+    """The workflows and activities a store's worker registers for backfill and consolidation.
+
+    ``capture_cron`` / ``capture_webhook`` are the ``memory.capture`` trigger switches (WM-15); unset, they
+    are read from ``ctx.capture`` (``cron``/``webhook``) when it carries them, else None: the default
+    (admit), exactly as ``persist_completed_turn`` treats an unset switch.
+    """
+    from tempomem.activities.backfill import BackfillActivities
+    from tempomem.activities.consolidation import ConsolidationActivities
+    from tempomem.workflows.backfill import BackfillWorkflow
+    from tempomem.workflows.consolidation import ConsolidationWorkflow
+
+    if capture_cron is None:
+        capture_cron = getattr(ctx.capture, "cron", None)
+    if capture_webhook is None:
+        capture_webhook = getattr(ctx.capture, "webhook", None)
+    backfill = BackfillActivities(ctx, capture_cron=capture_cron, capture_webhook=capture_webhook)
+    consolidation = ConsolidationActivities(ctx)
+    return (
+        [BackfillWorkflow, ConsolidationWorkflow],
+        [backfill.admit_batch, backfill.record_state, consolidation.regenerate_index],
+    )
+
+
+def recurate_worker_extras(ctx: StoreContext) -> tuple[list[type], list[Callable[..., Any]]]:
+    """The workflow and activities a store's worker registers for re-curation."""
+    from tempomem.activities.recurate import RecurateActivities
+    from tempomem.workflows.recurate import RecurateWorkflow
+
+    acts = RecurateActivities(ctx)
+    return [RecurateWorkflow], [acts.admit, acts.dry_run]
 
 
 @dataclass(frozen=True)
@@ -166,6 +201,7 @@ async def _run(
         hold_fence(ctx.root, what="second worker"),
         concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tempomem-act") as executor,
     ):
+        refuse_start_before_rebuild(ctx.root)  # RPL-17: adopt-replay must be followed by a rebuild
         # Finish (or discard) an interrupted `tempomem import` before this worker touches the store.
         recover_interrupted_import(ctx.root)
         # Repair what kills left behind; quarantine records that cannot be trusted (never stop on them).
@@ -195,3 +231,49 @@ async def _run(
             await stop.wait()
             publisher.set_shutdown("draining")
     return swept
+
+
+# -- a worker for a command that waits on one (backfill, recurate) -----------------------------------------
+async def worker_polling(client: Client, task_queue: str) -> bool:
+    """Whether a worker polled ``task_queue`` recently (a hint: the server remembers pollers briefly)."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return bool(response.pollers)
+
+
+@contextlib.asynccontextmanager
+async def worker_in_process(
+    client: Client, store: MemoryStore, *, enabled: bool
+) -> AsyncIterator[asyncio.Task[SweepResult] | None]:
+    """With ``enabled``, run the store's worker in this process for the block (yields its task)."""
+    if not enabled:
+        yield None
+        return
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_worker(client, store.worker_context(client), stop=stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        if not task.done() or not task.cancelled():
+            with contextlib.suppress(Exception):
+                await task
+
+
+async def note_missing_worker(client: Client, store: MemoryStore) -> None:
+    """Say so on stderr when no worker polls the store's task queue: the command would wait forever."""
+    if not await worker_polling(client, store.task_queue):
+        print(
+            "note: no worker polls this store's task queue; start `tempomem worker` (or pass --worker)",
+            file=sys.stderr,
+            flush=True,
+        )

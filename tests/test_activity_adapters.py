@@ -192,6 +192,30 @@ def test_adoption_attests_only_decided_intents_and_never_replaces_a_sidecar(tmp_
         adopt_replay(ctx.root)
 
 
+def test_RPL17_adoption_blocks_a_worker_start_until_a_rebuild(tmp_path: Path) -> None:
+    from tempomem.storage.fence import (
+        REBUILD_REQUIRED_FILE,
+        RebuildRequiredError,
+        clear_rebuild_required,
+        refuse_start_before_rebuild,
+    )
+
+    ctx = context(tmp_path / "mem", tier="bujo")
+    adopt_replay(ctx.root)  # nothing to adopt: a start stays allowed
+    refuse_start_before_rebuild(ctx.root)
+    decided = admit(ctx, "r1")
+    decision = PlanDecision(index=0, action="SUPERSEDE", target_id="c-old", via="classifier")
+    ctx.intake.save_plan(decided, plan((decision,)), now=T0)
+    assert adopt_replay(ctx.root).status == "adopted"
+    marker = ctx.root / REBUILD_REQUIRED_FILE
+    assert marker.read_bytes() == b"adopt-replay\n" and marker.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(RebuildRequiredError, match="run tempomem rebuild before starting the worker"):
+        refuse_start_before_rebuild(ctx.root)
+    clear_rebuild_required(ctx.root)
+    refuse_start_before_rebuild(ctx.root)
+    assert not marker.exists()
+
+
 def test_adoption_with_only_undecided_plans_counts_nothing(tmp_path: Path) -> None:
     ctx = context(tmp_path / "mem", tier="bujo")
     ctx.intake.save_plan(admit(ctx, "r1"), plan(None), now=T0)

@@ -29,7 +29,6 @@ from tempomem.activities.sweep import sweep_store
 from tempomem.backfill import (
     FORMATS,
     ProgressBar,
-    backfill_worker_extras,
     detect_format,
     follow_backfill,
     run_backfill,
@@ -40,7 +39,7 @@ from tempomem.storage.intake import RecordState, intake_id
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
 from tempomem.store import MemoryStore
-from tempomem.worker import store_activities
+from tempomem.worker import backfill_worker_extras, store_activities
 from tempomem.workflows.backfill import PROGRESS_QUERY, SOURCE_FORMATS, BackfillProgress, BackfillWorkflow
 from tempomem.workflows.capture import CaptureWorkflow
 from tempomem.workflows.sweep import IntakeSweepWorkflow

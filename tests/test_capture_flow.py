@@ -71,6 +71,8 @@ async def wait_until(predicate, timeout: float = 60, step: float = 0.2) -> None:
 
 
 async def test_lite_turn_is_projected_indexed_and_resolved(client: Client, tmp_path: Path) -> None:
+    """WM-03: append-host-summary admits one deterministic host observation and projects it, no model;
+    INTAKE-08: the line carries the host's admission instant."""
     store = make_store(tmp_path / "mem", client, mode="lite")
     result = await store.persist_completed_turn(
         turn("lite-1", "Your dentist appointment is on Friday at 3pm.")
@@ -84,6 +86,7 @@ async def test_lite_turn_is_projected_indexed_and_resolved(client: Client, tmp_p
     day, bullet = bullets[0]
     assert day == "2026-12-03" and bullet.recorded == "2026-12-03T09:30:15.123Z"
     assert bullet.source_session == "web:thread-7"  # PROV-05
+    assert not (store.root / "graph.jsonl").exists()  # GRAPH-04: Lite and Journal never build a graph
     assert bullet.text == "Assistant: Your dentist appointment is on Friday at 3pm."
     hits = store.search("dentist appointment")
     assert [h.id for h in hits][:1] == [bullet.id]
@@ -124,6 +127,7 @@ def _payload_data(node: object) -> list[str]:
 
 
 async def test_temporal_unreachable_at_admission_then_swept(client: Client, tmp_path: Path) -> None:
+    """INTAKE-12: projection runs after the reply and resumes from the durable record."""
     # Port 1 on loopback: nothing listens there, so the start attempt fails.
     offline = make_store(tmp_path / "mem", None, mode="lite", address="127.0.0.1:1")
     started = time.monotonic()

@@ -66,6 +66,9 @@ def bullets(root: Path) -> list:
 
 
 async def test_capture_extracts_reviews_and_commits(client: Client, tmp_path: Path, model) -> None:
+    """CAP-01: admitted, the raw audit projected, then curated in the background; CAP-03: one review call;
+    CAP-24: the line keeps the source the extraction marked (user, the owner); GRAPH-01: the entity goes
+    to graph.jsonl; PROV-10: the session is the host's conversation id, never the model's."""
     store = capture_store(tmp_path, client, model)
     model.push(
         extraction(
@@ -148,6 +151,8 @@ async def test_review_stage_is_not_scheduled_when_nothing_is_eligible(
 async def test_invalid_output_is_a_failed_attempt_then_the_retry_succeeds(
     client: Client, tmp_path: Path, model
 ):
+    """CAP-73: invalid output is one failed durable attempt; the record stays pending and the retry
+    succeeds (INTAKE-13)."""
     store = capture_store(tmp_path, client, model)
     model.push(
         '{"memories": [], "entities": [], "relations": []} trailing prose',  # CAP-12: rejected

@@ -103,6 +103,7 @@ def test_demo_search_rebuild_and_inspect(client: Client, tmp_path: Path) -> None
     assert budget and re.match(shaped, budget[0]), sections[1]
     assert "Lisbon" not in demo.stderr and "4500" not in demo.stderr
 
+    # REC-50, CLI-09: `tempomem search` runs the store's config-aware hybrid recall from the agent folder.
     search = tempomem("--config", str(cfg), "search", "relocation budget euros", "--json", cwd=tmp_path)
     assert search.returncode == 0, search.stderr
     hits = json.loads(search.stdout)["hits"]

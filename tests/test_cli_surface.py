@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tempomem.cli import _subparsers, build_parser
+from tempomem.cli import build_parser
+from tempomem.cli.app import subparsers
 from tests.test_cli import REPO, tempomem, write_config
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md")), REPO / "examples" / "README.md"]
@@ -61,7 +62,7 @@ def test_global_config_goes_before_or_after_the_subcommand() -> None:
     assert parser.parse_args(["health", "--config", "b.json"]).config == "b.json"
     assert parser.parse_args(["import", "apply", "x.tgz", "--config", "c.json"]).config == "c.json"
     assert parser.parse_args(["health"]).config is None
-    assert all("--config" in p._option_string_actions for p in _subparsers(parser))
+    assert all("--config" in p._option_string_actions for p in subparsers(parser))
 
 
 def test_config_after_the_subcommand_is_used(tmp_path: Path) -> None:
@@ -135,3 +136,18 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     __import__("os").close(writer)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert proc.returncode == 141
+
+
+def test_CLI19_a_disabled_recall_tool_never_disables_operator_inspection(tmp_path: Path) -> None:
+    memory = {
+        "mode": "lite",
+        "writeMode": "append-host-summary",
+        "path": "m",
+        "recallTool": {"enabled": False},
+    }
+    cfg = write_config(tmp_path / "c.json", memory)
+    for folder in ("m", "m/.capture-intake", "m/.capture-intake/pending"):
+        (tmp_path / folder).mkdir(mode=0o700)
+    for args in (("inspect", "--json"), ("health", "--json"), ("search", "anything", "--json")):
+        ran = tempomem("--config", str(cfg), *args, cwd=tmp_path)
+        assert ran.returncode == 0, (args, ran.stderr)

@@ -316,7 +316,7 @@ async def test_history_is_encrypted_yet_the_codec_client_reads_the_result(
 # -- the commands ------------------------------------------------------------------------------------------
 RUN_CODEC_COMMANDS = """
 import argparse, sys
-from tempomem import cli_common
+from tempomem.cli import common as cli_common
 from tempomem.codec_server import add_codec_commands
 parser = argparse.ArgumentParser()
 parser.add_argument("--config")

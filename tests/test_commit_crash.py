@@ -104,6 +104,7 @@ async def test_lost_sidecar_is_adopted_from_the_retained_intent(client: Client, 
     reports an edge naming no canonical line as canonical_mismatch."""
     from tempomem.activities.adoption import adopt_replay
     from tempomem.storage import replay_projection
+    from tempomem.storage.fence import RebuildRequiredError
     from tempomem.storage.health import audit
 
     with ScriptedModelServer() as model:
@@ -132,6 +133,11 @@ async def test_lost_sidecar_is_adopted_from_the_retained_intent(client: Client, 
         assert sidecar.read_bytes() == written  # exactly what the commit had published
         assert adopt_replay(root).status == "sidecar_present"
         assert audit(root, now=T2).status == "in_progress"  # the intent is still pending
+        # RPL-17: the service never starts between adoption and rebuild.
+        with pytest.raises(RebuildRequiredError):
+            async with running_worker(client, store) as task:
+                await task
+        store.rebuild()
         async with running_worker(client, store):
             await outcome_of(client, second, timeout=120)
     assert canonical_bytes(root) == reference

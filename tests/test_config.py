@@ -75,8 +75,8 @@ FRAGMENT_PROFILE = {"memory": {"profile": {"enabled": True}}}
 FRAGMENT_INTENT = {
     "memory": {"capture": {"intentLifecycle": True}, "recall": {"intentExpiry": True, "recency": True}}
 }
-# What BuJo accepts today: recency and the profile validate in the schema but are refused (#12).
-FRAGMENT_INTENT_BUILT = {"memory": {"capture": {"intentLifecycle": True}, "recall": {"intentExpiry": True}}}
+# What BuJo accepts today: all three intent switches (the profile is accepted too, CFG-25).
+FRAGMENT_INTENT_BUILT = FRAGMENT_INTENT
 
 LLM = {"provider": "agent-host", "model": "openai-codex:gpt-5.6-terra"}
 EMB = {"provider": "ollama"}
@@ -724,8 +724,6 @@ def test_local_e5_provider_is_embedded_with_fixed_model_and_dim() -> None:
 @pytest.mark.parametrize(
     ("data", "key"),
     [
-        pytest.param(merged(BUJO_CAPTURE, FRAGMENT_PROFILE), "memory.profile.enabled", id="profile"),
-        pytest.param(merged(BUJO_CAPTURE, FRAGMENT_INTENT), "memory.recall.recency", id="recency"),
         pytest.param(merged(BUJO_CAPTURE, {"memory": {"maxBytes": 4096}}), "memory.maxBytes", id="maxBytes"),
     ],
 )

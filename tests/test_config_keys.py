@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from tempomem import MemoryStore
 from tempomem.activities.context import CaptureSettings
 from tempomem.activities.llm import LlmTimeout, chat_model_for
-from tempomem.config import TempomemConfig, load_config, load_config_data, validate_config_data
+from tempomem.config import TempomemConfig, load_config, load_config_data
 from tempomem.connect import connect_options
 from tests.scripted_model import Delay, ScriptedModelServer
 
@@ -29,6 +29,8 @@ REGISTRY = "test_host_model.py::test_reconcile_classifier_takes_registry_endpoin
 KEY_ENV_UNSET = "test_host_model.py::test_an_api_key_env_that_is_unset_is_named_and_never_echoed"
 ENVCONFIG = "test_public_api.py::test_connect_options_follow_envconfig_unless_the_file_says_otherwise"
 INTENT_EXPIRY = "test_auto_block.py::test_AUTO29_intent_expiry_excludes_dated_and_done_notes"
+PROFILE = "test_owner_profile.py::test_PROFILE01_PROFILE10_a_real_store_injects_it_only_when_enabled"
+RECENCY = "test_recency.py::test_INTENT32_a_real_bujo_store_orders_by_recency_only_when_configured"
 CODEC_HISTORY = "test_codec.py::test_history_is_encrypted_yet_the_codec_client_reads_the_result"
 CLASSIFIER_INHERITS = "test_host_model.py::test_classifier_inherits_an_agent_host_capture_endpoint"
 RELATIVE_PATH = "test_public_api.py::test_relative_store_path_resolves_against_the_config_file"
@@ -60,11 +62,13 @@ EFFECT: dict[str, str] = {
     "memory.capture.turnArchiveDays": "test_recurate.py::test_turn_archive_days_bounds_and_default",
     "memory.recall": INTENT_EXPIRY,
     "memory.recall.intentExpiry": INTENT_EXPIRY,
+    "memory.recall.recency": RECENCY,
+    "memory.profile": PROFILE,
+    "memory.profile.enabled": PROFILE,
     "memory.recallTool": "test_mcp.py::test_recall_tool_disabled_removes_both_read_tools",
     "memory.recallTool.enabled": "test_mcp.py::test_recall_tool_disabled_removes_both_read_tools",
     "memory.rememberTool": "test_mcp.py::test_remember_tool_disabled_removes_remember",
     "memory.rememberTool.enabled": "test_mcp.py::test_remember_tool_disabled_removes_remember",
-    "memory.profile": "test_config.py::test_keys_that_would_do_nothing_are_refused_by_name",
     "memory.maxBytes": "test_config_keys.py::test_max_bytes_bounds_the_automatic_context",
     "temporal": ENVCONFIG,
     "temporal.address": "test_cli_surface.py::test_an_unreachable_cluster_is_one_line",
@@ -90,10 +94,7 @@ EFFECT: dict[str, str] = {
 }
 
 # Values the schema accepts that validation refuses, by key (test_config.py proves each refusal).
-REFUSED: dict[str, object] = {
-    "memory.recall.recency": True,
-    "memory.profile.enabled": True,
-}
+REFUSED: dict[str, object] = {}  # none today: every key the schema accepts is built
 
 
 def schema_keys(model: type[BaseModel] = TempomemConfig, prefix: str = "") -> set[str]:
@@ -132,24 +133,6 @@ def test_every_named_test_exists() -> None:
                 n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
             }
         assert name in functions[file], node
-
-
-def test_refused_values_are_refused_by_name() -> None:
-    bujo = {
-        "mode": "bujo",
-        "writeMode": "capture",
-        "embeddings": {"provider": "local"},
-        "llm": {"provider": "ollama", "model": "m"},
-    }
-    for key, value in REFUSED.items():
-        parts = key.split(".")[1:]
-        block: dict = {}
-        target = block
-        for part in parts[:-1]:
-            target = target.setdefault(part, {})
-        target[parts[-1]] = value
-        [violation] = validate_config_data({"memory": {**bujo, **block}})
-        assert violation.path == key and "not supported yet" in violation.message
 
 
 # -- effects not proven elsewhere ------------------------------------------------------------------------

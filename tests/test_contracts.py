@@ -237,7 +237,7 @@ REJECTED_EXTRACTIONS: list[tuple[str, str, str]] = [
     ("entities string", plan_with(setter("memories.0.entities", "ada")), "type"),
     ("labels null", plan_with(setter("memories.0.labels", None)), "type"),
     ("memories object", plan_with(setter("memories", {})), "type"),
-    # bounds, never clamped
+    # bounds, never clamped (LIM-19)
     ("salience 1.2", plan_with(setter("memories.0.salience", 1.2)), "bounds"),
     ("salience -0.1", plan_with(setter("memories.0.salience", -0.1)), "bounds"),
     ("salience 70 (percent)", plan_with(setter("memories.0.salience", 70)), "bounds"),
@@ -277,7 +277,7 @@ REJECTED_EXTRACTIONS: list[tuple[str, str, str]] = [
     ("ref too long", plan_with(setter("entities.0.ref", "a" * 33)), "grammar"),
     ("ref with dash", plan_with(setter("memories.0.entities", ["ada-x"])), "grammar"),
     ("ref leading digit", plan_with(setter("relations.0.to", "1acme")), "grammar"),
-    ("relation uppercase", plan_with(setter("relations.0.relation", "Works At")), "grammar"),
+    ("relation uppercase", plan_with(setter("relations.0.relation", "Works At")), "grammar"),  # GRAPH-03
     ("relation too long", plan_with(setter("relations.0.relation", "a" * 49)), "grammar"),
     ("label key no namespace", plan_with(setter("memories.0.labels.0.key", "tea")), "grammar"),
     ("label scope team", plan_with(setter("memories.0.labels.0.scope", "team")), "grammar"),
@@ -1022,7 +1022,7 @@ INTENT_DIFF_GOLDEN = "".join(
 EXTRACTION_OFF_SHA256 = "5353c07afcede5b20b4031f10163fa6c2c7b7b14e96728ade769491e2cc69658"
 
 
-def test_intent_lifecycle_off_prompt_never_mentions_intent_fields() -> None:
+def test_INTENT03_intent_lifecycle_off_prompt_never_mentions_intent_fields() -> None:
     off = extraction_messages(
         admitted_at=ADMITTED, user_text="I'll renew my passport by Friday", assistant_text="Noted."
     )

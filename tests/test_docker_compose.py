@@ -111,10 +111,12 @@ def test_a_broken_copy_fails_validation(tmp_path: Path, breakage: str) -> None:
 
 # -- Dockerfile vs pyproject ---------------------------------------------------------------------------------
 def setuptools_packages() -> list[str]:
-    """The source folders of [tool.setuptools] packages (package-dir maps tempomem.storage to storage/)."""
+    """The top source folders of [tool.setuptools] packages (package-dir maps tempomem.storage to
+    storage/; a subpackage such as tempomem.cli lives inside its parent's folder)."""
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapping = setuptools.get("package-dir", {})
-    return [mapping.get(name, name) for name in setuptools["packages"]]
+    folders = [mapping.get(name, name.replace(".", "/")) for name in setuptools["packages"]]
+    return list(dict.fromkeys(folder.split("/")[0] for folder in folders))
 
 
 def copied_sources(dockerfile: str) -> set[str]:

@@ -397,9 +397,10 @@ def test_recovery_refuses_to_overwrite_a_file_changed_since_staging(
 # -- CLI --------------------------------------------------------------------------------------------------
 def test_cli_export_then_restore_and_fence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tempomem import cli
+    from tempomem.cli import common as cli_common
 
     commands = next(a for a in cli.build_parser()._actions if a.dest == "command").choices  # type: ignore[union-attr]
-    assert {"export", "import"} <= set(commands)  # wired into tempomem/cli.py
+    assert {"export", "import"} <= set(commands)  # wired into the tempomem CLI
     make_store(tmp_path / "src")
     for name in ("src", "dst"):
         (tmp_path / f"{name}.json").write_text(
@@ -412,10 +413,12 @@ def test_cli_export_then_restore_and_fence(tmp_path: Path, capsys: pytest.Captur
     assert cli.main([*dst, "import", "restore", str(archive), "--no-rebuild"]) == 0
     assert canonical(tmp_path / "dst") == canonical(tmp_path / "src")
     with hold_fence(tmp_path / "dst"):
-        assert cli.main([*dst, "import", "apply", str(archive), "--no-rebuild"]) == cli.EXIT_AGENT_RUNNING
+        assert (
+            cli.main([*dst, "import", "apply", str(archive), "--no-rebuild"]) == cli_common.EXIT_AGENT_RUNNING
+        )
     bad = tmp_path / "bad.tar.gz"
     bad.write_bytes(archive.read_bytes()[:100])
-    assert cli.main([*dst, "import", "apply", str(bad), "--no-rebuild"]) == cli.EXIT_ERROR
+    assert cli.main([*dst, "import", "apply", str(bad), "--no-rebuild"]) == cli_common.EXIT_ERROR
 
 
 def test_export_and_import_commands_via_their_parser(
@@ -424,7 +427,7 @@ def test_export_and_import_commands_via_their_parser(
     """The handlers `tempomem.cli` registers, driven through a parser of their own (independent of cli.py)."""
     import argparse
 
-    from tempomem import cli_common
+    from tempomem.cli import common as cli_common
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--config")
@@ -591,8 +594,13 @@ def test_restore_and_apply_keep_the_ledger_so_curated_run_ids_stay_duplicates(tm
     assert ex.import_apply(other, archive).commitments_added == 1
     assert Intake(other).admit(payload) == "duplicate"
     clash = tmp_path / "clash"
-    Intake(clash).admit(build_payload(turn.model_copy(update={"final_answer": "Other bytes."}),
-                                      write_mode="append-host-summary", tier="lite"))
+    Intake(clash).admit(
+        build_payload(
+            turn.model_copy(update={"final_answer": "Other bytes."}),
+            write_mode="append-host-summary",
+            tier="lite",
+        )
+    )
     before = tree(clash)
     with pytest.raises(ex.ImportConflictError, match="other bytes"):
         ex.import_apply(clash, archive)

@@ -92,7 +92,8 @@ async def test_journal_tier_server_over_stdio(tmp_path: Path) -> None:
     root = tmp_path / "mem"
     errlog = tmp_path / "server.stderr"
     async with mcp_session(cfg, errlog, "--conversation-id", "test:conv-1") as session:
-        # Listing: exactly the three enabled tools, with the reference descriptions and strict schemas.
+        # Listing: exactly the three enabled tools, with the reference descriptions and strict schemas; no
+        # retired memory_capture / memory_note write tools (STORE-12).
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}
         assert list(listed) == ["MemoryRecall", "MemoryJournal", "Remember"]
         assert listed["MemoryRecall"].description == memory_recall_description(

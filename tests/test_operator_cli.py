@@ -113,7 +113,7 @@ def test_resolve_rules(store) -> None:
 def test_mutating_commands_refuse_while_the_agent_runs(store) -> None:
     cfg, root, rid = store
     with hold_fence(root, what="test agent"):
-        for args in (("retry", rid), ("resolve", rid, "gone")):
+        for args in (("retry", rid), ("resolve", rid, "gone"), ("rebuild",)):  # CLI-12
             proc = run(cfg, *args)
             assert proc.returncode == 3 and "agent_running" in proc.stderr
         assert run(cfg, "inspect", "--json").returncode == 0  # read-only commands still work

@@ -5,7 +5,6 @@ Hand-made ``graph.jsonl`` and ``daily/`` files under tmp_path, written with the 
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,57 +23,11 @@ from tempomem.recall.person_card import (
     person_cards,
 )
 from tempomem.recall.search import Hit
-from tempomem.storage import graph as g
 from tempomem.storage.graph import EntityRow
 from tempomem.storage.limits import AUTO_CONTEXT_MAX_BYTES
-from tempomem.storage.markdown import Bullet, append_bullets
+from tests.helpers.labelled_graph import SECRET_SESSION, fact, line, write
 
 NOW = datetime(2026, 9, 10, 12, 0, tzinfo=UTC)
-SECRET_SESSION = "web:thread-secret-42"
-_N = 0
-
-
-def fact(
-    key: str, value: Any, attribution: str | None = "owner", subject: str | None = None
-) -> dict[str, Any]:
-    label: dict[str, Any] = {"kind": "fact", "scope": "user:owner", "key": key, "value": value}
-    if attribution:
-        label["attribution"] = attribution
-    if subject:
-        label["subject"] = subject
-    return label
-
-
-def line(text: str, labels: list[dict[str, Any]], *entities: str, **kw: Any) -> Bullet:
-    global _N
-    _N += 1
-    return Bullet(
-        signifier="–",
-        text=text,
-        id=kw.pop("id", f"c-{_N:04d}"),
-        type=kw.pop("type", "fact"),
-        status=kw.pop("status", "open"),
-        recorded=kw.pop("recorded", "2026-09-06T10:00:00.000Z"),
-        labels=json.dumps(labels),
-        entities=tuple(entities) or ("person:morgan",),
-        source_session=kw.pop("source_session", SECRET_SESSION),
-        **kw,
-    )
-
-
-def write(root: Path, bullets: list[Bullet], people: dict[str, str] | None = None) -> GraphReader:
-    (root / "daily").mkdir(mode=0o700, parents=True, exist_ok=True)
-    append_bullets(root / "daily" / "2026-09-06.md", "2026-09-06", bullets)
-    people = people if people is not None else {"person:morgan": "Morgan"}
-    rows = [
-        {"id": eid, "name": name, "type": "person", "memories": [b.id for b in bullets if eid in b.entities]}
-        for eid, name in people.items()
-    ]
-    rows.append({"id": "org:acme", "name": "Acme", "type": "organization", "memories": []})
-    g.apply(root, rows)
-    return GraphReader(root)
-
-
 def cards(reader: GraphReader, message: str, **kw: Any) -> str:
     return person_cards(message, reader, now=NOW, tz=UTC, **kw).text
 

@@ -42,6 +42,7 @@ def test_lite_and_bujo_project_one_line_per_record(
     assert result.added == (result.bullet,)
     b = result.bullet
     assert (b.signifier, b.type, b.status, b.src) == ("–", "observation", "open", "assistant")
+    # TIER-11, PROV-10: the host's conversation id, kept as the line's source session
     assert (b.text, b.recorded, b.source_session) == (p.summary, p.admitted_at, "web:conv-7")
     assert [(day, x) for day, x in iter_bullets(tmp_path, folder)] == [("2026-12-01", b)]
     assert (tmp_path / folder / "2026-12-01.md").is_file()

@@ -142,6 +142,30 @@ def test_the_search_path_imports_neither_temporal_nor_cryptography() -> None:
         assert not {m for m in loaded if m.split(".")[0] in ("temporalio", "cryptography")}, statement
 
 
+def test_REC02_recall_runs_no_chat_model() -> None:
+    """MemoryRecall is embeddings plus full-text search: no recall module loads a chat-model client."""
+    recall_modules = sorted(
+        f"tempomem.recall.{p.stem}" for p in (REPO / "recall").glob("*.py") if p.stem != "__init__"
+    )
+    loaded = imported_by("; ".join(f"import {m}" for m in recall_modules))
+    assert set(recall_modules) <= loaded  # the probe saw them load
+    chat = {
+        m for m in loaded if m.startswith(("tempomem.activities", "tempomem.workflows", "openai", "ollama"))
+    }
+    assert not chat
+
+
+def test_STORE12_removed_capture_apis_are_not_provided() -> None:
+    """No legacy capture queue, no direct capture() method, no loose capture exports (the MCP listing of
+    exactly three read/remember tools is checked in tests/test_mcp.py)."""
+    assert not [
+        n for n in dir(MemoryStore) if n in ("capture", "capture_queue", "memory_capture", "memory_note")
+    ]
+    assert not [
+        n for n in tempomem.__all__ if n.lower().startswith(("capture", "memory_capture", "memory_note"))
+    ]
+
+
 def test_the_public_names_resolve_and_match_all() -> None:
     assert sorted(tempomem.__all__) == sorted(tempomem._EXPORTS)
     for name in tempomem.__all__:
@@ -371,3 +395,19 @@ async def test_a_teams_own_worker_registers_tempomem_on_its_client(client: Clien
         for p in e.workflow_execution_started_event_attributes.input.payloads
     }
     assert encodings == {b"team/v1"}  # the input was encoded by the team's codec
+
+
+async def test_REC51_recall_with_outcome_on_lite_and_on_a_degraded_store(tmp_path: Path) -> None:
+    store = MemoryStore(load_config_data({"memory": {"mode": "lite", "path": str(tmp_path / "m")}}))
+    store.remember("The spare key is under the blue flowerpot.", conversation_id="web:t")
+    found = await store.recall_with_outcome("where is the spare key")
+    assert not found.degraded and "blue flowerpot" in found.hits[0].text
+    import shutil
+
+    shutil.rmtree(tmp_path / "m" / "index")
+    (tmp_path / "m" / "index").write_text("not a folder")  # an index that cannot be opened
+    broken = MemoryStore(load_config_data({"memory": {"mode": "lite", "path": str(tmp_path / "m")}}))
+    degraded = await broken.recall_with_outcome("where is the spare key")
+    assert degraded.degraded and degraded.hits == [] and "degraded" in degraded.text
+    store.close()
+    broken.close()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tempomem.storage.fence import FENCE_FILE
 from tempomem.storage.intake import RetainedPlanError, admit_turn
 from tempomem.storage.turn import CompletedTurn
 from tests.conftest import make_store
@@ -16,7 +17,12 @@ T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
 def files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file but the liveness fence's empty lock file (the CLI takes the fence, CLI-12)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != FENCE_FILE
+    }
 
 
 def retained(root: Path) -> str:
@@ -72,3 +78,20 @@ def test_the_cli_refuses_with_a_count_and_no_ids(tmp_path: Path, capsys: pytest.
     err = capsys.readouterr().err
     assert "1 intake record(s) keep a BuJo capture plan" in err and record not in err
     assert files(root) == before
+
+
+def test_RPL17_CLI08_the_cli_rebuild_clears_the_adoption_marker(tmp_path: Path) -> None:
+    import json
+
+    from tempomem.cli import main
+    from tempomem.storage.fence import REBUILD_REQUIRED_FILE, mark_rebuild_required
+
+    root = tmp_path / "mem"
+    retained(root)
+    mark_rebuild_required(root)
+    config = tmp_path / "bujo.json"
+    memory = {"mode": "bujo", "path": str(root), "embeddings": {"provider": "local"},
+              "llm": {"provider": "ollama", "model": "m"}}  # fmt: skip
+    config.write_text(json.dumps({"memory": memory}))
+    assert main(["--config", str(config), "rebuild"]) == 0
+    assert not (root / REBUILD_REQUIRED_FILE).exists()

@@ -382,12 +382,13 @@ def test_REC07_empty_result_repeats_handoff_only_when_run_history_available() ->
     assert without.text == NO_HITS_TEXT
 
 
-def test_REC03_REC04_REC06_REC07_tool_description() -> None:
+def test_REC03_REC04_REC06_REC07_REC08_tool_description() -> None:
     full = memory_recall_description(run_history_available=True, journal_available=True)
     for phrase in (
         "one short, specific topic per call",
         "owner's name out",
         "not answers",
+        "hits are evidence, not asserted answers",  # REC-08
         "current conversation history",
         "MemoryJournal",
         "RunHistory {}",

@@ -1,4 +1,4 @@
-"""Workflow determinism: checked-in CaptureWorkflow histories must replay against the current code.
+"""Workflow determinism: checked-in histories of every workflow type must replay against the current code.
 
 A change that breaks replay fails here; evolve workflows with ``workflow.patched`` instead.
 """
@@ -14,8 +14,22 @@ from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from tempomem.workflows.backfill import BACKFILL_WORKFLOW, BackfillWorkflow
 from tempomem.workflows.capture import CaptureWorkflow
+from tempomem.workflows.common import CAPTURE_WORKFLOW, SWEEP_WORKFLOW
+from tempomem.workflows.consolidation import CONSOLIDATION_WORKFLOW, ConsolidationWorkflow
+from tempomem.workflows.recurate import RECURATE_WORKFLOW, RecurateWorkflow
 from tempomem.workflows.sweep import IntakeSweepWorkflow
+
+# Every workflow type a store's worker registers (tempomem.worker.store_worker_parts), by its name.
+WORKFLOW_NAMES = [
+    CAPTURE_WORKFLOW,
+    SWEEP_WORKFLOW,
+    BACKFILL_WORKFLOW,
+    CONSOLIDATION_WORKFLOW,
+    RECURATE_WORKFLOW,
+]
+WORKFLOWS = [CaptureWorkflow, IntakeSweepWorkflow, BackfillWorkflow, ConsolidationWorkflow, RecurateWorkflow]
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -28,13 +42,28 @@ def test_histories_are_checked_in() -> None:
         "capture_lite_retry_search_attributes",
         "capture_bujo_review_ran",
         "capture_bujo_review_skipped",
+        "sweep_started_one",
+        "backfill_jsonl",
+        "consolidation_regenerated",
+        "recurate_dry_run",
+        "recurate_real",
     } <= names
+
+
+def test_every_workflow_type_has_a_recorded_history() -> None:
+    recorded = {
+        json.loads(p.read_text())["events"][0]["workflowExecutionStartedEventAttributes"]["workflowType"][
+            "name"
+        ]
+        for p in HISTORIES
+    }
+    assert recorded == {w.__name__ for w in WORKFLOWS} == set(WORKFLOW_NAMES)
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_recorded_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json("replayed", json.loads(path.read_text()))
-    result = await Replayer(workflows=[CaptureWorkflow, IntakeSweepWorkflow]).replay_workflow(history)
+    result = await Replayer(workflows=WORKFLOWS).replay_workflow(history)
     assert result.replay_failure is None
 
 

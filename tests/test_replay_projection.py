@@ -253,7 +253,7 @@ def test_non_canonical_or_invalid_bytes_are_rejected(tmp_path: Path, data: bytes
     assert (tmp_path / SIDECAR_NAME).read_bytes() == data
 
 
-def test_symlink_is_rejected(tmp_path: Path) -> None:
+def test_symlink_is_rejected(tmp_path: Path) -> None:  # LIM-26: a regular file, one link, 0600
     real = tmp_path / "elsewhere.json"
     real.write_bytes(GOOD)
     os.chmod(real, 0o600)

@@ -60,6 +60,7 @@ def silent_server() -> Iterator[SilentServer]:
 async def test_stop_returns_while_the_provider_hangs_and_the_record_resumes(
     client: Client, tmp_path: Path, silent_server: SilentServer
 ) -> None:
+    """INTAKE-14: an embedding provider that never answers leaves the admitted turn pending; it resumes."""
     store = make_store(
         tmp_path / "mem",
         client,

@@ -18,33 +18,17 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import (
-    RetryPolicy,
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDReusePolicy,
-)
-from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from tempomem.workflows import search_attributes as sa
-    from tempomem.workflows.common import (
-        CAPTURE_WORKFLOW,
-        STORE_SCOPED_IDS,
-        CaptureInput,
-        CaptureOutcome,
-        RecordRef,
-        capture_workflow_id,
-        legacy_capture_workflow_id,
-    )
+    from tempomem.workflows.child_capture import StoreLabels, capture_child
 
 BACKFILL_WORKFLOW = "BackfillWorkflow"
 ADMIT_BATCH = "backfill.admit_batch"
-RECORD_STATE = "backfill.record_state"
 PROGRESS_QUERY = "progress"
 
 MAX_REPORTED_BAD_LINES = 100  # the count is exact; only the first line numbers are kept
-POLL_CAP_SECONDS = 300
 SOURCE_FORMATS = ("jsonl", "locomo-turns", "locomo-pairs")
 
 
@@ -226,73 +210,22 @@ class BackfillWorkflow:
         p.settled += batch.read - len(batch.capture)
 
     async def _capture(self, inp: BackfillInput, intake_id: str) -> None:
-        try:
-            handle = await workflow.start_child_workflow(
-                CAPTURE_WORKFLOW,
-                CaptureInput(
-                    intake_id=intake_id,
-                    store_id=inp.store_id,
-                    first_delay_seconds=inp.first_delay_seconds,
-                    search_attributes=inp.search_attributes,
-                ),
-                id=_child_id(inp.store_id, intake_id),
-                result_type=CaptureOutcome,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                # A capture owns its record's retry budget; it must outlive a cancelled backfill.
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                search_attributes=self._child_attributes(inp) if inp.search_attributes else None,
-                static_summary=f"capture {intake_id[:12]}… · backfill · store {inp.store_id}",
-            )
-            outcome: CaptureOutcome = await handle
-            state = outcome.state
-        except WorkflowAlreadyStartedError:
-            # The sweeper (or a host admission) started this record's capture first: wait for the record.
-            state = await self._await_record(inp, intake_id)
-        except ChildWorkflowError:
-            state = "failed"
-        if state not in ("resolved", "dead"):
-            # "not_pending": another run finished the record first; "failed": it stays pending for the
-            # sweeper. Either way the record on disk says what happened.
-            state = await self._record_state(inp, intake_id)
+        child = await capture_child(
+            intake_id,
+            store_id=inp.store_id,
+            first_delay_seconds=inp.first_delay_seconds,
+            search_attributes=inp.search_attributes,
+            labels=StoreLabels(self._tier, self._write_mode),
+            summary=f"capture {intake_id[:12]}… · backfill · store {inp.store_id}",
+            first_poll_seconds=inp.poll_seconds,
+        )
         p = self._p
         p.completed += 1
         p.settled += 1
-        if state == "resolved":
+        if child.state == "resolved":
             p.resolved += 1
-        elif state == "dead":
+        elif child.state == "dead":
             p.dead += 1
-
-    async def _record_state(self, inp: BackfillInput, intake_id: str) -> str:
-        """pending | dead | resolved (a pruned receipt, "unknown", was resolved long ago)."""
-        state: str = await workflow.execute_activity(
-            RECORD_STATE,
-            RecordRef(intake_id, inp.store_id),
-            result_type=str,
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
-            summary="is the record still pending",
-        )
-        return "resolved" if state == "unknown" else state
-
-    async def _await_record(self, inp: BackfillInput, intake_id: str) -> str:
-        delay = max(1, inp.poll_seconds)
-        while True:
-            state = await self._record_state(inp, intake_id)
-            if state != "pending":
-                return state
-            await workflow.sleep(timedelta(seconds=delay), summary="capture owned by another starter")
-            delay = min(POLL_CAP_SECONDS, delay * 2)
-
-    def _child_attributes(self, inp: BackfillInput) -> TypedSearchAttributes:
-        return TypedSearchAttributes(
-            [
-                SearchAttributePair(sa.STORE_ID, inp.store_id),
-                SearchAttributePair(sa.TIER, self._tier),
-                SearchAttributePair(sa.WRITE_MODE, self._write_mode),
-                SearchAttributePair(sa.STATE, "pending"),
-                SearchAttributePair(sa.ATTEMPT, 0),
-            ]
-        )
 
     def _report(self) -> None:
         """Mirror the counts into the UI's current details (content-free)."""
@@ -303,10 +236,3 @@ class BackfillWorkflow:
             f"skipped {p.skipped} · bad lines {p.bad_lines} · captures {p.completed} done, "
             f"{p.in_flight} in flight · run {p.continue_as_new_runs + 1}" + (" · done" if p.done else "")
         )
-
-
-def _child_id(store_id: str, intake_id: str) -> str:
-    """Runs started before the change keep the old child id on replay (Temporal patching)."""
-    if workflow.patched(STORE_SCOPED_IDS):
-        return capture_workflow_id(store_id, intake_id)
-    return legacy_capture_workflow_id(intake_id)

@@ -22,32 +22,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import (
-    RetryPolicy,
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDReusePolicy,
-)
-from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from tempomem.workflows import search_attributes as sa
-    from tempomem.workflows.common import (
-        CAPTURE_WORKFLOW,
-        STORE_SCOPED_IDS,
-        CaptureInput,
-        CaptureOutcome,
-        RecordRef,
-        capture_workflow_id,
-        legacy_capture_workflow_id,
-    )
+    from tempomem.workflows.child_capture import StoreLabels, capture_child
 
 RECURATE_WORKFLOW = "RecurateWorkflow"
 RECURATE_ADMIT = "recurate.admit"
 RECURATE_DRY_RUN = "recurate.dry_run"
-RECORD_STATE = "backfill.record_state"  # registered with the backfill activities on every worker
 PROGRESS_QUERY = "progress"
-POLL_CAP_SECONDS = 300
 
 
 def recurate_workflow_id(store_id: str, run_id: str, *, dry_run: bool) -> str:
@@ -231,70 +215,24 @@ class RecurateWorkflow:
         return p
 
     async def _capture(self, inp: RecurateInput, intake_id: str) -> None:
-        try:
-            outcome: CaptureOutcome = await workflow.execute_child_workflow(
-                CAPTURE_WORKFLOW,
-                CaptureInput(
-                    intake_id=intake_id,
-                    store_id=inp.store_id,
-                    first_delay_seconds=inp.first_delay_seconds,
-                    search_attributes=inp.search_attributes,
-                ),
-                id=_child_id(inp.store_id, intake_id),
-                result_type=CaptureOutcome,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                # The capture owns its record's retry budget; it must outlive a cancelled re-curation.
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                search_attributes=self._child_attributes(inp) if inp.search_attributes else None,
-                static_summary=f"capture {intake_id[:12]}… · recurate {inp.run_id} · store {inp.store_id}",
-            )
-            state = outcome.state
-            self._p.model_calls += outcome.model_calls  # true counts, not zeros (#12)
-            self._p.lines_added += outcome.lines_added
-        except WorkflowAlreadyStartedError:
-            state = await self._await_record(inp, intake_id)  # the sweeper started it first
-        except ChildWorkflowError:
-            state = "failed"
-        if state not in ("resolved", "dead"):
-            state = await self._record_state(inp, intake_id)
+        child = await capture_child(
+            intake_id,
+            store_id=inp.store_id,
+            first_delay_seconds=inp.first_delay_seconds,
+            search_attributes=inp.search_attributes,
+            labels=StoreLabels(self._tier, self._write_mode),
+            summary=f"capture {intake_id[:12]}… · recurate {inp.run_id} · store {inp.store_id}",
+        )
         p = self._p
-        if state == "resolved":
+        if child.outcome is not None:
+            p.model_calls += child.outcome.model_calls  # true counts, not zeros (#12)
+            p.lines_added += child.outcome.lines_added
+        if child.state == "resolved":
             p.resolved += 1
-        elif state == "dead":
+        elif child.state == "dead":
             p.dead += 1
         else:
             p.pending += 1
-
-    async def _record_state(self, inp: RecurateInput, intake_id: str) -> str:
-        state: str = await workflow.execute_activity(
-            RECORD_STATE,
-            RecordRef(intake_id, inp.store_id),
-            result_type=str,
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
-            summary="is the record still pending",
-        )
-        return "resolved" if state == "unknown" else state
-
-    async def _await_record(self, inp: RecurateInput, intake_id: str) -> str:
-        delay = 1
-        while True:
-            state = await self._record_state(inp, intake_id)
-            if state != "pending":
-                return state
-            await workflow.sleep(timedelta(seconds=delay), summary="capture owned by another starter")
-            delay = min(POLL_CAP_SECONDS, delay * 2)
-
-    def _child_attributes(self, inp: RecurateInput) -> TypedSearchAttributes:
-        return TypedSearchAttributes(
-            [
-                SearchAttributePair(sa.STORE_ID, inp.store_id),
-                SearchAttributePair(sa.TIER, self._tier),
-                SearchAttributePair(sa.WRITE_MODE, self._write_mode),
-                SearchAttributePair(sa.STATE, "pending"),
-                SearchAttributePair(sa.ATTEMPT, 0),
-            ]
-        )
 
     def _report(self) -> None:
         p = self._p
@@ -303,10 +241,3 @@ class RecurateWorkflow:
             f"duplicates {p.duplicates} · resolved {p.resolved} · dead {p.dead} · pending {p.pending} · "
             f"run {p.continue_as_new_runs + 1}" + (" · done" if p.done else "")
         )
-
-
-def _child_id(store_id: str, intake_id: str) -> str:
-    """Runs started before the change keep the old child id on replay (Temporal patching)."""
-    if workflow.patched(STORE_SCOPED_IDS):
-        return capture_workflow_id(store_id, intake_id)
-    return legacy_capture_workflow_id(intake_id)

@@ -1,4 +1,5 @@
-"""Record the CaptureWorkflow histories that ``tests/test_replay.py`` replays.
+"""Record the workflow histories that ``tests/test_replay.py`` replays: CaptureWorkflow, IntakeSweepWorkflow,
+BackfillWorkflow, ConsolidationWorkflow and RecurateWorkflow (dry run and real run).
 
 Run after a deliberate, versioned workflow change (with ``workflow.patched``), never to paper over a
 replay failure, and only for new names — old histories must keep replaying:
@@ -89,6 +90,93 @@ async def record(env: WorkflowEnvironment, name: str, *, fail_first: bool) -> No
     print(f"{name}: {outcome}")
 
 
+async def record_other(env: WorkflowEnvironment, name: str) -> None:
+    """One run of a batch or maintenance workflow on a small store, through the public host-side starts."""
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    from tempomem.backfill import consolidate_now, follow_backfill, start_backfill, write_jsonl
+    from tempomem.recurate import make_request, start_recurate
+    from tempomem.workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
+    from tempomem.workflows.consolidation import consolidation_workflow_id
+    from tests.scripted_model import ScriptedModelServer
+    from tests.test_capture_pipeline import capture_store, extraction, memory
+
+    client = env.client
+    with tempfile.TemporaryDirectory() as tmp, ScriptedModelServer() as model:
+        root = Path(tmp) / "mem"
+        if name == "backfill_jsonl":
+            store = make_store(root, client, mode="lite")
+            source = Path(tmp) / "turns.jsonl"
+            write_jsonl(source, [_turn(f"bf-{i}", f"Backfilled line {i}.") for i in range(3)])
+            async with running_worker(client, store):
+                handle = await start_backfill(client, store, source, window=2, batch_size=2, poll_seconds=1)
+                await follow_backfill(client, handle.id)
+        elif name == "consolidation_regenerated":
+            store = make_store(root, client, mode="lite")
+            async with running_worker(client, store):
+                result = await store.persist_completed_turn(_turn("cons-1", "A line to count."))
+                await client.get_workflow_handle(result.workflow_id).result()
+                await consolidate_now(client, store)
+            handle = client.get_workflow_handle(consolidation_workflow_id(store.store_id))
+        elif name == "sweep_started_one":
+            offline = make_store(root, None, mode="lite")  # no client: admitted, never started
+            await offline.persist_completed_turn(_turn("sweep-1", "Admitted while Temporal was away."))
+            offline.close()
+            store = make_store(root, client, mode="lite")
+            handle = await client.start_workflow(
+                SWEEP_WORKFLOW,
+                SweepInput(store_id=store.store_id),
+                id=f"history-sweep-{store.store_id}",
+                task_queue=store.task_queue,
+                result_type=SweepResult,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            )
+            async with running_worker(client, store):
+                await handle.result()
+        else:  # recurate_dry_run, recurate_real: one archived capture turn, then a re-curation
+            store = capture_store(Path(tmp), client, model)
+            model.push(extraction(memory("The user's dentist is Dr. Silva.")), _keep(1))
+            turn = CompletedTurn(
+                run_id="history-recurate",
+                conversation_id="history:conv",
+                speaker_kind="human-turn",
+                user_text="My dentist is Dr. Silva.",
+                final_answer="Noted.",
+                admitted_at=datetime.now(UTC).replace(microsecond=0),
+            )
+            async with running_worker(client, store):
+                first = await store.persist_completed_turn(turn)
+                await client.get_workflow_handle(first.workflow_id).result()
+                model.push(extraction(memory("The user's dentist is Dr. Silva.")), _keep(1))
+                dry = name == "recurate_dry_run"
+                day = turn.admitted_at.date().isoformat()
+                req = make_request(store, since=day, model="scripted-v2", dry_run=dry, run_id="hist1")
+                handle = await start_recurate(client, store, req)
+                await handle.result()
+        if name == "backfill_jsonl":
+            handle = client.get_workflow_handle(handle.id)
+        history = await handle.fetch_history()
+        store.close()
+    (HERE / f"{name}.json").write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+    print(f"{name}: recorded {len(history.events)} events")
+
+
+def _turn(run_id: str, answer: str) -> CompletedTurn:
+    return CompletedTurn(run_id=run_id, conversation_id="history:conv", final_answer=answer, admitted_at=T0)
+
+
+def _keep(*lines: int) -> str:
+    return json.dumps({"decisions": [{"line": n, "decision": "keep"} for n in lines]})
+
+
+OTHER_RECORDINGS = (
+    "sweep_started_one",
+    "backfill_jsonl",
+    "consolidation_regenerated",
+    "recurate_dry_run",
+    "recurate_real",
+)
+
 RECORDINGS = {
     # Recorded before search attributes existed: they prove the workflow.patched path replays.
     "capture_lite_resolved": False,
@@ -108,10 +196,13 @@ async def main(names: list[str]) -> None:
     )
     try:
         for name in names:
-            await record(env, name, fail_first=RECORDINGS[name])
+            if name in OTHER_RECORDINGS:
+                await record_other(env, name)
+            else:
+                await record(env, name, fail_first=RECORDINGS[name])
     finally:
         await env.shutdown()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1:] or list(RECORDINGS)))
+    asyncio.run(main(sys.argv[1:] or [*RECORDINGS, *OTHER_RECORDINGS]))

@@ -1,0 +1,222 @@
+"""Operator commands on one store: ``validate``, ``rebuild``, ``inspect``, ``retry``, ``resolve``,
+``adopt-replay``, ``health``. Inspection is content-free (CLI-20); repairs need the agent stopped (AMB-02).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tempomem.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    store_from_args,
+)
+from tempomem.storage.intake import IntakeError, RecordState
+
+
+def register(sub: Any) -> None:
+    """Add this group's commands to the ``tempomem`` subparsers."""
+    p = sub.add_parser("validate", help="check a config file; prints every violation with its key path")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("rebuild", help="rebuild the search index from canonical Markdown alone")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="activate even if it holds under half the active index's memories",
+    )
+    p.set_defaults(func=cmd_rebuild)
+
+    p = sub.add_parser("inspect", help="content-free view of the durable intake (ids, states, counters)")
+    p.add_argument("id", nargs="?", help="one 64-character intake id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("retry", help="make dead or delayed intake records due again (agent stopped)")
+    p.add_argument("id", nargs="?", help="one 64-character intake id; all records when omitted")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_retry)
+
+    p = sub.add_parser("resolve", help="accept the loss of one record as operator_resolved (agent stopped)")
+    p.add_argument("id", help="64-character intake id")
+    p.add_argument("reason", help="reason slug, e.g. provider-retired ([a-z0-9][a-z0-9-]{0,63})")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_resolve)
+
+    p = sub.add_parser(
+        "adopt-replay",
+        help="with the agent stopped: attest retained capture intents into a missing replay sidecar",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_adopt_replay)
+
+    p = sub.add_parser(
+        "health", help="strict content-free audit: in_progress, dead letters, ledger integrity"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_health)
+
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tempomem.config import ConfigError, config_warnings, load_config_file
+
+    try:
+        config = load_config_file(Path(args.file))
+    except ConfigError as exc:
+        for v in exc.violations:
+            print(f"{v.path or '<file>'}: {v.message}", file=sys.stderr)
+        print(f"{args.file}: {len(exc.violations)} violation(s)", file=sys.stderr)
+        return EXIT_ERROR
+    for w in config_warnings(config):
+        print(f"warning: {w.path}: {w.message}", file=sys.stderr)
+    print(f"{args.file}: valid ({config.memory.mode}, writeMode {config.memory.write_mode})")
+    return EXIT_OK
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    from tempomem.recall.index import RebuildShrinkError
+    from tempomem.storage.fence import hold_fence
+    from tempomem.storage.intake import RetainedPlanError
+
+    store = store_from_args(args, must_exist=True)
+    try:
+        with hold_fence(store.root, what="rebuild"):  # CLI-12, AMB-02: maintenance with the agent stopped
+            report = store.rebuild(force=args.force)
+    except RebuildShrinkError as exc:
+        print(f"error: {exc} (--force)", file=sys.stderr)
+        return EXIT_ERROR
+    except RetainedPlanError as exc:  # INTAKE-35: counts only, never ids or text
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print(
+            f"rebuilt generation {report.generation}: {report.rows} memories "
+            f"({report.embedded} embedded, {report.cached} from the vector cache)"
+        )
+        for where in report.damaged:
+            print(f"  damaged bullet kept out of the index: {where}")
+    return EXIT_OK
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """CLI-01..03: ids, states, instants, counters — never summaries or capture text."""
+    store = store_from_args(args, must_exist=True)
+    intake = store.intake
+    now = datetime.now(UTC)
+    if not intake.base.exists():
+        out: dict[str, object] = {"counts": {"pending": 0, "due": 0, "dead": 0, "resolved": 0}, "records": []}
+    elif args.id:
+        out = intake.view(args.id, now=now).model_dump(mode="json")
+    else:
+        from tempomem.storage.intake_tidy import list_quarantined
+
+        records = []
+        for state in (RecordState.PENDING, RecordState.DEAD):
+            for i in intake.list_ids(state):
+                try:
+                    records.append(intake.view(i, now=now).model_dump(mode="json"))
+                except IntakeError as exc:  # one bad record never hides the others (content-free)
+                    records.append({"id": i, "state": "unreadable", "problem": type(exc).__name__})
+        quarantined = [q.model_dump(mode="json") for q in list_quarantined(intake)]
+        out = {"counts": intake.counts(now=now), "records": records, "quarantined": quarantined}
+    print(json.dumps(out, indent=2) if args.json else _inspect_text(out))
+    return EXIT_OK
+
+
+def _inspect_text(out: dict) -> str:
+    if "counts" not in out:
+        return "  ".join(f"{k}={v}" for k, v in out.items())
+    lines = ["  ".join(f"{k}={v}" for k, v in out["counts"].items())]
+    for r in out["records"]:
+        if "problem" in r:
+            lines.append(f"{r['id']}  {r['state']}  problem={r['problem']}")
+            continue
+        lines.append(
+            f"{r['id']}  {r['state']}  attempts={r['attempts']}  due={r['due']}  "
+            f"failure={r['failure_category'] or '-'}"
+        )
+    lines += [f"{q['id']}  quarantined  reason={q['reason']}" for q in out.get("quarantined", [])]
+    return "\n".join(lines)
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    """CLI-04: with the agent stopped, make dead or delayed work due (one id, or all)."""
+    from tempomem.storage.fence import hold_fence
+
+    store = store_from_args(args, must_exist=True)
+    intake = store.intake
+    now = datetime.now(UTC)
+    with hold_fence(store.root, what="retry"):
+        ids = (
+            [args.id] if args.id else intake.list_ids(RecordState.DEAD) + intake.list_ids(RecordState.PENDING)
+        )
+        changed = [i for i in ids if intake.retry(i, now=now)]
+    print(
+        json.dumps({"changed": bool(changed), "ids": changed})
+        if args.json
+        else f"{len(changed)} record(s) made due; they are processed when the worker starts"
+    )
+    return EXIT_OK
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    """CLI-05: accept the loss of one record as operator_resolved (keeps duplicate protection)."""
+    from tempomem.storage.fence import hold_fence
+
+    store = store_from_args(args, must_exist=True)
+    with hold_fence(store.root, what="resolve"):
+        changed = store.intake.operator_resolve(args.id, args.reason, now=datetime.now(UTC))
+    print(
+        json.dumps({"changed": changed})
+        if args.json
+        else ("resolved as operator_resolved" if changed else "already resolved; nothing changed")
+    )
+    return EXIT_OK
+
+
+def cmd_adopt_replay(args: argparse.Namespace) -> int:
+    """CLI-07: metadata-only adoption of retained capture intents into a missing sidecar (agent stopped)."""
+    from tempomem.activities.adoption import adopt_replay
+    from tempomem.storage.fence import hold_fence
+
+    store = store_from_args(args, must_exist=True)
+    with hold_fence(store.root, what="adopt-replay"):
+        report = adopt_replay(store.root)
+    text = f"{report.status}: {report.intents} intent(s), {report.entries} entries; now run tempomem rebuild"
+    print(report.model_dump_json() if args.json else text)
+    return EXIT_OK
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    """CLI-13: strict, content-free audit. Exit 0 for ok/in_progress, 1 otherwise."""
+    from tempomem.recall.index import MemoryIndex
+    from tempomem.storage.health import audit
+
+    root = store_from_args(args, must_exist=True).root
+    unreadable: str | None = None
+    try:
+        sessions = MemoryIndex(root, None).provenance()  # PROV-14
+    except Exception as exc:  # a busy or damaged index is reported, never fatal to the audit
+        sessions, unreadable = None, f"index: {type(exc).__name__}"
+    report = audit(root, now=datetime.now(UTC), index_sessions=sessions)
+    if unreadable is not None:
+        report = report.model_copy(update={"status": "degraded", "problems": [*report.problems, unreadable]})
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print(f"{report.status}  " + "  ".join(f"{k}={v}" for k, v in report.counts.items()))
+        for problem in report.problems:
+            print(f"  problem: {problem}")
+        for mismatch in report.mismatches:
+            print(f"  mismatch: {mismatch}")
+    return EXIT_OK if report.status in ("ok", "in_progress") else EXIT_ERROR

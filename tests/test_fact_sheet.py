@@ -1,0 +1,186 @@
+"""The explicit MemoryRecall fact sheet (REC-49, GUIDE-05, GUIDE-13, REC-38, INTENT-19, AMB-27, AMB-30).
+
+Hand-made ``graph.jsonl`` and ``daily/`` files under tmp_path written with the real storage writers; the
+search backend returns fixed hybrid hits so the rest of the result is exact.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tempomem.recall.fact_sheet import FACT_SHEET_HEADING, MAX_ROWS, fact_sheet
+from tempomem.recall.graph_read import GraphReader
+from tempomem.recall.search import Hit
+from tempomem.recall.tools import memory_recall
+from tests.helpers.labelled_graph import SECRET_SESSION, fact, line, write
+
+NOW = datetime(2026, 9, 10, 12, 0, tzinfo=UTC)
+
+
+def sheet(reader: GraphReader, query: str, **kw: object) -> str:
+    return fact_sheet(query, reader, now=NOW, tz=UTC, **kw).text  # type: ignore[arg-type]
+
+
+class Backend:
+    def __init__(self, hits: list[Hit]) -> None:
+        self.hits = hits
+
+    def search(self, query: str, *, limit: int = 8) -> list[Hit]:
+        return list(self.hits)
+
+
+HIT = Hit(
+    id="h-1",
+    text="Morgan likes tea.",
+    day="2026-09-06",
+    recorded="2026-09-06T10:00:00.000Z",
+    type="fact",
+    status="open",
+    score=0.81,
+    mode="hybrid",
+    source_session="web:t",
+    entities=("person:morgan",),
+)
+
+
+def test_REC49_keys_drop_other_and_values_are_text(tmp_path: Path) -> None:
+    reader = write(
+        tmp_path,
+        [
+            line("Morgan speaks two languages.", [fact("other:languages", ["Polish", "Spanish"])]),
+            line("Morgan's desk.", [fact("other:desk", {"floor": 3, "window": True})]),
+        ],
+    )
+    text = sheet(reader, "What languages does Morgan speak?")
+    assert text == "\n".join(
+        [
+            FACT_SHEET_HEADING,
+            "Morgan:",
+            "- desk: floor: 3; window: yes (you said, recorded 2026-09-06)",
+            "- languages: Polish, Spanish (you said, recorded 2026-09-06)",
+        ]
+    )
+    assert "other:" not in text and "[" not in text and '"' not in text and "{" not in text
+
+
+def test_REC49_entity_driven_any_type_by_name_or_ref(tmp_path: Path) -> None:
+    reader = write(
+        tmp_path, [line("Acme is in Lisbon.", [fact("city", "Lisbon", subject="org:acme")], "org:acme")]
+    )
+    assert "Acme:\n- city: Lisbon" in sheet(reader, "where is acme based?")
+    assert "Acme:\n- city: Lisbon" in sheet(reader, "org:acme")
+    assert sheet(reader, "where is Acmes based?") == ""  # word boundaries (AMB-56)
+    assert sheet(reader, "") == ""
+
+
+def test_REC38_conflicting_current_values_are_shown_and_noted(tmp_path: Path) -> None:
+    reader = write(
+        tmp_path,
+        [
+            line("Morgan works at Acme.", [fact("employer", "Acme")], recorded="2026-09-01T10:00:00.000Z"),
+            line(
+                "Morgan works at Globex.", [fact("employer", "Globex")], recorded="2026-09-05T10:00:00.000Z"
+            ),
+        ],
+    )
+    result = memory_recall(Backend([HIT]), query="Morgan's employer", now=NOW, tz=UTC, graph=reader)
+    assert result.evidence == "conflicting"
+    assert result.text.splitlines()[0].startswith(
+        "Conflicting values: the fact sheet holds different current"
+    )
+    assert "- employer: Globex (you said, recorded 2026-09-05, conflicting)" in result.text
+    assert "- employer: Acme (you said, recorded 2026-09-01, conflicting)" in result.text
+
+
+def test_INTENT19_superseded_and_ended_rows_stay_as_history(tmp_path: Path) -> None:
+    old = line(
+        "Morgan worked at Initech.",
+        [fact("employer", "Initech")],
+        id="c-old",
+        status="invalidated",
+        recorded="2026-01-02T10:00:00.000Z",
+    )
+    new = line("Morgan works at Acme.", [fact("employer", "Acme")], recorded="2026-09-01T10:00:00.000Z")
+    gone = line(
+        "Morgan's visa.", [fact("visa", "B1", validTo="2026-08-31")], recorded="2026-03-01T10:00:00.000Z"
+    )
+    event = line(
+        "Morgan's trip.",
+        [fact("trip", "Rome")],
+        type="event",
+        due="2026-09-01",
+        recorded="2026-08-01T10:00:00.000Z",
+    )
+    reader = write(tmp_path, [old, new, gone, event])
+    text = sheet(reader, "Morgan", superseded_ids={"c-old"})
+    assert "- employer: Acme (you said, recorded 2026-09-01)" in text
+    assert "- employer: Initech (you said, recorded 2026-01-02, superseded)" in text
+    assert "- visa: B1 (you said, recorded 2026-03-01, ended 2026-08-31)" in text  # the label's own end
+    assert "- trip: Rome (you said, recorded 2026-08-01, ended 2026-09-01)" in text  # the line's end
+    assert text.index("Acme") < text.index("Initech")  # current first, then history
+    result = memory_recall(
+        Backend([HIT]), query="Morgan", now=NOW, tz=UTC, graph=reader, superseded_ids={"c-old"}
+    )
+    assert result.evidence is None  # history never conflicts with the current value
+
+
+def test_REC14_dropped_and_forgotten_lines_never_appear(tmp_path: Path) -> None:
+    reader = write(
+        tmp_path,
+        [
+            line("Morgan likes tea.", [fact("drink", "tea")]),
+            line("Morgan likes coffee.", [fact("drink", "coffee")], signifier="[-]", status="dropped"),
+            line("Morgan likes juice.", [fact("drink", "juice")], status="invalidated", id="c-forgot"),
+        ],
+    )
+    text = sheet(reader, "Morgan", superseded_ids=set())  # no edge: an invalidation is a forget (AMB-28)
+    assert "tea" in text and "coffee" not in text and "juice" not in text
+
+
+def test_PROV19_no_ids_or_provenance(tmp_path: Path) -> None:
+    reader = write(tmp_path, [line("Morgan likes tea.", [fact("drink", "tea")], id="c-secret-id")])
+    text = sheet(reader, "person:morgan")
+    assert "tea" in text
+    for secret in (SECRET_SESSION, "thread-secret", "c-secret-id", "person:morgan", "user:owner"):
+        assert secret not in text
+
+
+def test_sheet_is_bounded(tmp_path: Path) -> None:
+    reader = write(
+        tmp_path, [line(f"fact {i}", [fact(f"key {i:02d}", f"v{i}")]) for i in range(MAX_ROWS + 5)]
+    )
+    assert len(sheet(reader, "Morgan").splitlines()) == 2 + MAX_ROWS
+
+
+def test_AMB30_order_notes_guidance_sheet_hits_and_no_graph_is_unchanged(tmp_path: Path) -> None:
+    reader = write(tmp_path, [line("Morgan likes tea.", [fact("drink", "tea")])])
+    backend = Backend([HIT])
+    on = memory_recall(backend, query="Morgan", now=NOW, tz=UTC, graph=reader)
+    nobody = memory_recall(backend, query="likes tea", now=NOW, tz=UTC, graph=reader)  # names no entity
+    assert FACT_SHEET_HEADING not in nobody.text
+    assert on.hits == nobody.hits  # GUIDE-05: the hits are unchanged by the sheet
+    sheet_text = sheet(reader, "Morgan")
+    assert on.text == sheet_text + "\n" + nobody.text  # the sheet comes before the hits
+    plain = memory_recall(backend, query="Morgan", now=NOW, tz=UTC)  # Lite/Journal: no graph, as before
+    assert FACT_SHEET_HEADING not in plain.text and plain.text.startswith("0.810 ")
+
+
+def test_about_request_gets_the_sheet_of_that_entity(tmp_path: Path) -> None:
+    reader = write(tmp_path, [line("Morgan likes tea.", [fact("drink", "tea")])])
+    result = memory_recall(
+        Backend([HIT]), query="drinks", about="person:morgan", now=NOW, tz=UTC, graph=reader
+    )
+    assert "Morgan:\n- drink: tea" in result.text
+
+
+def test_REC49_conflict_note_renders_values_as_text() -> None:
+    hits = [
+        HIT.model_copy(update={"id": f"h{i}", "labels": json.dumps([fact("other:languages", value)])})
+        for i, value in enumerate([["Polish"], ["Spanish", "Czech"]])
+    ]
+    result = memory_recall(Backend(hits), query="languages", now=NOW, tz=UTC)
+    assert result.evidence == "conflicting"
+    note = result.text.splitlines()[0]
+    assert "for languages: Polish / Spanish, Czech." in note and "[" not in note and '"' not in note

@@ -1,0 +1,134 @@
+"""One admitted record curated as a child ``CaptureWorkflow`` of a batch workflow (backfill, re-curation).
+
+The child owns its record's retry budget, so it is abandoned, never cancelled, with its parent. When the
+sweeper (or a host admission) started the record's capture first, the parent waits on the record on disk
+instead; whatever happened, the record's state on disk is the answer. Commands are the same as the
+inline code this replaces, so recorded histories replay unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
+
+with workflow.unsafe.imports_passed_through():
+    from tempomem.workflows import search_attributes as sa
+    from tempomem.workflows.common import (
+        CAPTURE_WORKFLOW,
+        STORE_SCOPED_IDS,
+        CaptureInput,
+        CaptureOutcome,
+        RecordRef,
+        capture_workflow_id,
+        legacy_capture_workflow_id,
+    )
+
+RECORD_STATE = "backfill.record_state"  # registered with the backfill activities on every worker
+POLL_CAP_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class ChildCapture:
+    state: str  # resolved | dead | pending (the record on disk)
+    outcome: CaptureOutcome | None  # the child's result when this parent ran it to the end
+
+
+@dataclass(frozen=True)
+class StoreLabels:
+    """What the child's search attributes say about its store (known after the first admitted batch)."""
+
+    tier: str
+    write_mode: str
+
+
+async def capture_child(
+    intake_id: str,
+    *,
+    store_id: str,
+    first_delay_seconds: int,
+    search_attributes: bool,
+    labels: StoreLabels,
+    summary: str,
+    first_poll_seconds: int = 1,
+) -> ChildCapture:
+    """Run the record's capture as a child and return the record's resulting state."""
+    outcome: CaptureOutcome | None = None
+    try:
+        outcome = await workflow.execute_child_workflow(
+            CAPTURE_WORKFLOW,
+            CaptureInput(
+                intake_id=intake_id,
+                store_id=store_id,
+                first_delay_seconds=first_delay_seconds,
+                search_attributes=search_attributes,
+            ),
+            id=child_id(store_id, intake_id),
+            result_type=CaptureOutcome,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            # A capture owns its record's retry budget; it must outlive a cancelled parent.
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+            search_attributes=_child_attributes(store_id, labels) if search_attributes else None,
+            static_summary=summary,
+        )
+        state = outcome.state
+    except WorkflowAlreadyStartedError:
+        # The sweeper (or a host admission) started this record's capture first: wait for the record.
+        state = await _await_record(store_id, intake_id, first_poll_seconds)
+    except ChildWorkflowError:
+        state = "failed"
+    if state not in ("resolved", "dead"):
+        # "not_pending": another run finished the record first; "failed": it stays pending for the
+        # sweeper. Either way the record on disk says what happened.
+        state = await record_state(store_id, intake_id)
+    return ChildCapture(state, outcome)
+
+
+async def record_state(store_id: str, intake_id: str) -> str:
+    """pending | dead | resolved (a pruned receipt, "unknown", was resolved long ago)."""
+    state: str = await workflow.execute_activity(
+        RECORD_STATE,
+        RecordRef(intake_id, store_id),
+        result_type=str,
+        start_to_close_timeout=timedelta(seconds=30),
+        retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
+        summary="is the record still pending",
+    )
+    return "resolved" if state == "unknown" else state
+
+
+async def _await_record(store_id: str, intake_id: str, first_poll_seconds: int) -> str:
+    delay = max(1, first_poll_seconds)
+    while True:
+        state = await record_state(store_id, intake_id)
+        if state != "pending":
+            return state
+        await workflow.sleep(timedelta(seconds=delay), summary="capture owned by another starter")
+        delay = min(POLL_CAP_SECONDS, delay * 2)
+
+
+def _child_attributes(store_id: str, labels: StoreLabels) -> TypedSearchAttributes:
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(sa.STORE_ID, store_id),
+            SearchAttributePair(sa.TIER, labels.tier),
+            SearchAttributePair(sa.WRITE_MODE, labels.write_mode),
+            SearchAttributePair(sa.STATE, "pending"),
+            SearchAttributePair(sa.ATTEMPT, 0),
+        ]
+    )
+
+
+def child_id(store_id: str, intake_id: str) -> str:
+    """Runs started before store-scoped ids keep the old child id on replay (Temporal patching)."""
+    if workflow.patched(STORE_SCOPED_IDS):
+        return capture_workflow_id(store_id, intake_id)
+    return legacy_capture_workflow_id(intake_id)
