@@ -25,6 +25,14 @@ from tempomem.workflows import search_attributes
 settings.register_profile("mutation", max_examples=20, deadline=None)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the session's Temporal dev server is marked ``temporal``, so the quick subset is
+    ``pytest -m "not slow and not temporal"``."""
+    for item in items:
+        if {"temporal_env", "client"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.temporal)
+
+
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     # Started once per session: the dev server needs seconds to stop (ARCHITECTURE.md, gotchas).

@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
+
+pytestmark = pytest.mark.slow  # each test runs the CLI as a process: not in the quick subset
 
 REPO = Path(__file__).resolve().parent.parent
 

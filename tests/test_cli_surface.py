@@ -73,6 +73,7 @@ def test_config_after_the_subcommand_is_used(tmp_path: Path) -> None:
     assert '"pending": 0' in after.stdout
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 @pytest.mark.parametrize(
     "command",
     [
@@ -95,6 +96,7 @@ def test_a_missing_store_is_refused_and_never_created(tmp_path: Path, command: s
     assert not (tmp_path / "nowhere").exists()
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 def test_an_unreachable_cluster_is_one_line(tmp_path: Path) -> None:
     cfg = write_config(
         tmp_path / "c.json",
@@ -138,6 +140,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     assert proc.returncode == 141
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 def test_CLI19_a_disabled_recall_tool_never_disables_operator_inspection(tmp_path: Path) -> None:
     memory = {
         "mode": "lite",

@@ -326,6 +326,7 @@ sys.exit(args.func(args))
 """
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 def test_codec_commands_keygen_and_server_process(tmp_path: Path) -> None:
     import signal
     import subprocess

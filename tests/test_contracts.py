@@ -953,6 +953,7 @@ def test_fuzz_base_plans_are_valid() -> None:
     assert {len(p["memories"]) for p in BASE_PLANS} == set(range(1, EXTRACTION_MAX_MEMORIES + 1))
 
 
+@pytest.mark.slow  # thousands of generated documents
 def test_fuzz_malformed_extractions_are_all_rejected() -> None:
     outcomes = {"rejected": 0, "accepted": 0}
     reasons: set[str] = set()

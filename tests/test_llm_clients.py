@@ -114,6 +114,7 @@ async def test_malformed_protocol_envelope_is_protocol_error(
     assert len(server.calls) == 1
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 @pytest.mark.parametrize(("provider", "path"), PROTOCOLS)
 async def test_timeout_within_bound_and_single_call(
     server: ScriptedModelServer, provider: str, path: str

@@ -31,6 +31,8 @@ from tempomem.recall.tools import MEMORY_JOURNAL_DESCRIPTION, memory_recall_desc
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.remember import remember_id
 
+pytestmark = pytest.mark.slow  # each test runs the MCP server as a stdio process: not in the quick subset
+
 FACT = "Morgan works as a librarian at the Maple Harbor public library since March 2024."
 CREDENTIAL_FACT = "The staging password: hunter2-Sup3rSecret for the deploy box."
 BASE_MEMORY: dict[str, Any] = {

@@ -14,6 +14,8 @@ from tempomem.storage.intake import FailureCategory, Intake, ProcessingState, Re
 from tempomem.storage.turn import CompletedTurn
 from tests.test_cli import tempomem, write_config
 
+pytestmark = pytest.mark.slow  # each test runs the CLI as a process: not in the quick subset
+
 NOW = datetime(2026, 12, 3, 14, 0, tzinfo=UTC)
 SECRET = "Okapi-Lantern-2291 is the name of the boat"
 

@@ -43,6 +43,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return found
 
 
+@pytest.mark.slow  # builds the wheel
 def test_the_wheel_holds_exactly_one_top_level_package(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
@@ -53,6 +54,7 @@ def test_the_wheel_holds_exactly_one_top_level_package(wheel: Path) -> None:
     assert "tempomem/data/demo_conversation.json" in names
 
 
+@pytest.mark.slow  # builds and installs the wheel
 def test_the_wheel_installs_beside_a_project_with_its_own_workflows_and_activities(
     wheel: Path, tmp_path: Path
 ) -> None:
@@ -94,6 +96,7 @@ def test_the_wheel_installs_beside_a_project_with_its_own_workflows_and_activiti
     assert ran.stdout.split() == ["team-workflows", "team-activities", "True", "tempomem.activities.curation"]
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 def test_the_editable_install_exposes_no_generic_top_level_name(tmp_path: Path) -> None:
     probe = f"import importlib.util as u; print([n for n in {MAPPED!r} if u.find_spec(n)])"
     ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
@@ -130,6 +133,7 @@ def imported_by(statement: str) -> set[str]:
     return set(json.loads(ran.stdout))
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 def test_the_search_path_imports_neither_temporal_nor_cryptography() -> None:
     statements = (
         "import tempomem",
@@ -142,6 +146,7 @@ def test_the_search_path_imports_neither_temporal_nor_cryptography() -> None:
         assert not {m for m in loaded if m.split(".")[0] in ("temporalio", "cryptography")}, statement
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 def test_REC02_recall_runs_no_chat_model() -> None:
     """MemoryRecall is embeddings plus full-text search: no recall module loads a chat-model client."""
     recall_modules = sorted(

@@ -63,6 +63,7 @@ def _duckdb_terms_many(con, queries: list[str]) -> dict[str, list[str]]:
     return {q: list(terms) for q, terms in rows}
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 def test_every_locomo_word_stems_as_duckdb_does(con) -> None:
     words = [w for w in _locomo_words() if fts.local_query_terms(w) is not None]
     assert len(words) > 5000  # non-ASCII words are derived by the database and not compared here
@@ -75,6 +76,7 @@ def test_every_locomo_word_stems_as_duckdb_does(con) -> None:
     assert fts.local_query_terms(sentence) == _duckdb_terms(con, sentence)
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 @settings(max_examples=400, deadline=None)
 @given(st.text(alphabet=string.printable, max_size=60))
 def test_generated_ascii_queries_match_duckdb(con, query: str) -> None:

@@ -17,6 +17,8 @@ from tempomem.recall.index import MemoryIndex
 from tempomem.storage.markdown import append_bullets
 from tests.test_recall_index import HashEmbedder, bullet, write_store
 
+pytestmark = pytest.mark.slow  # each test runs processes that share one index: not in the quick subset
+
 QUERIES = [
     "Morgan tea",
     "tax deadline 2026-04-15",

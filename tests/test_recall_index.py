@@ -515,6 +515,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 def test_search_while_another_process_upserts(store: Path) -> None:
     # Lite keeps the worker process cheap; the point is the DuckDB lock discipline across processes.
     idx = MemoryIndex(store, None)

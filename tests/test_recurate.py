@@ -253,6 +253,7 @@ def _cli(tmp_path: Path, config: dict, *args: str) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 def test_cli_refuses_bad_requests(tmp_path: Path) -> None:
     bujo = {
         "memory": {

@@ -35,6 +35,7 @@ def test_amb10_schedule_constants() -> None:
     assert sum(delays) == 2671 and sum(delays) / 60 > 24  # LIM-04: more than 24 hours
 
 
+@pytest.mark.slow  # a process, or thousands of cases: not in the quick subset
 async def test_sixteen_failed_attempts_dead_letter_the_record(
     skipping_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
