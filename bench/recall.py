@@ -336,9 +336,9 @@ def run_size(n: int, mode: str, n_queries: int, profiles: list[P.RecallProfile],
             table = idx._lance_table(gen)
             data = table.to_arrow().select(["id", "vector"])
             order = {rid: i for i, rid in enumerate(data.column("id").to_pylist())}
-            from tempomem.recall.index import _vectors_of
+            from tempomem.recall.index.vectors import vectors_of
 
-            stored = _vectors_of(data, DIM)
+            stored = vectors_of(data, DIM)
             vectors = np.stack([stored[order[f"m{i:06d}"]] for i in range(n)])
         floor = BruteForce(texts, vectors)
         print(

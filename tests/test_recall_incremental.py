@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import tempomem.recall.index as index_mod
+import tempomem.recall.index.schema as index_schema
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage.markdown import append_bullets
 from tests.test_recall_index import HashEmbedder, bullet, write_store
@@ -100,13 +101,13 @@ def test_cached_reader_neither_blocks_nor_misses_another_process_write(
     idx = MemoryIndex(root, HashEmbedder())
     idx.rebuild()
     assert "lamp" not in {h.id for h in idx.search("lighthouse lamp", limit=50)}  # caches are warm now
-    monkeypatch.setattr(index_mod, "BUSY_TIMEOUT_SECONDS", 3.0)
+    monkeypatch.setattr(index_schema, "BUSY_TIMEOUT_SECONDS", 3.0)
     out = subprocess.run(
         [sys.executable, "-c", _UPSERT_ONE, str(root)],
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=Path(index_mod.__file__).parent.parent,
+        cwd=Path(__file__).resolve().parents[1],
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
@@ -199,7 +200,7 @@ def test_writer_anchor_serves_this_process_and_yields_to_another(tmp_path: Path)
             capture_output=True,
             text=True,
             timeout=60,
-            cwd=Path(index_mod.__file__).parent.parent,
+            cwd=Path(__file__).resolve().parents[1],
         )
     finally:
         stop.set()
@@ -251,7 +252,7 @@ def test_own_writes_patch_the_bm25_snapshot_to_what_a_reload_reads(tmp_path: Pat
     row_key, rows = row_snapshot._SNAPSHOTS.items[db]
     assert row_key == fts._SNAPSHOTS.items[db][0] and rows.overlay  # patched, not reloaded
     with idx._connect(Path(db), read_only=True) as con:
-        stored = con.execute(f"SELECT {', '.join(index_mod._COLUMNS)} FROM memories ORDER BY id").fetchall()
+        stored = con.execute(f"SELECT {', '.join(index_schema.COLUMNS)} FROM memories ORDER BY id").fetchall()
         watermark = int(dict(con.execute("SELECT key, value FROM meta").fetchall())["fts_seq"])
     ids = [r[0] for r in stored]
     assert "quokka" not in ids and rows.rows(["quokka"], newer_than=watermark) == []
@@ -285,7 +286,7 @@ def _run(script: str, *args: str) -> str:
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=Path(index_mod.__file__).parent.parent,
+        cwd=Path(__file__).resolve().parents[1],
     )
     assert out.returncode == 0, out.stderr
     return out.stdout

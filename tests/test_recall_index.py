@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 import pytest
 
-import tempomem.recall.index as index_mod
+import tempomem.recall.index.schema as index_schema
 from tempomem.recall import scoring
 from tempomem.recall.embedding import EmbeddingError, EmbeddingIdentity, LocalMiniLMEmbedder
 from tempomem.recall.index import IndexBusyError, MemoryIndex, fts_extension_path
@@ -451,8 +451,8 @@ def test_fts_extension_loaded_from_package_file(
         configs.append(kwargs.get("config") or {})
         return _RecordingConnection(real_connect(*args, **kwargs), log)
 
-    monkeypatch.setattr(index_mod.duckdb, "connect", connect)
-    monkeypatch.setattr(index_mod, "_VERIFIED_EXTENSION", None)  # as in a fresh process
+    monkeypatch.setattr(duckdb, "connect", connect)
+    monkeypatch.setattr(index_schema, "_VERIFIED_EXTENSION", None)  # as in a fresh process
     idx = MemoryIndex(store, minilm)
     idx.rebuild()
     idx.search("Morgan")
@@ -467,7 +467,7 @@ def test_fts_extension_loaded_from_package_file(
     assert loads and all(str(path) in s for s in loads)
     # Signature checked by DuckDB on the first LOAD of the process; later loads reuse that verdict only
     # for the very same file.
-    assert index_mod._VERIFIED_EXTENSION is not None and index_mod._VERIFIED_EXTENSION[0] == str(path)
+    assert index_schema._VERIFIED_EXTENSION is not None and index_schema._VERIFIED_EXTENSION[0] == str(path)
 
 
 _HOLDER = """
@@ -485,7 +485,7 @@ def test_busy_index_raises_typed_error(
     idx = MemoryIndex(store, minilm)
     gen = idx.rebuild().generation
     db = idx.generation_dir(gen) / "fts.duckdb"
-    monkeypatch.setattr(index_mod, "BUSY_TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(index_schema, "BUSY_TIMEOUT_SECONDS", 0.3)
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -525,7 +525,7 @@ def test_search_while_another_process_upserts(store: Path) -> None:
         [sys.executable, "-c", _UPSERTER, str(store), str(n)],
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(index_mod.__file__).parent.parent,
+        cwd=Path(__file__).resolve().parents[1],
     )
     seen = 0
     while worker.poll() is None:
