@@ -55,12 +55,14 @@ print("[tool.pytest.ini_options]")
 for k, v in pt.items():
     print(f"{k} = {arr(v) if isinstance(v, list) else json.dumps(v)}")
 EOF
-  # Same configuration: bring sources and tests up to date and keep mutmut's results (it regenerates the
-  # mutants of changed functions and collects stats for new tests); another configuration starts over.
-  # The test selection is not part of that comparison: a test added to it is like a test added to a
-  # selected file (kept results stand until those mutants are run again by name).
-  if [ -d "$work/mutants" ] && cmp -s <(grep -v '^pytest_add_cli_args_test_selection' "$stage/pyproject.toml") \
-    <(grep -v '^pytest_add_cli_args_test_selection' "$work/pyproject.toml"); then
+  # Same mutants: bring sources and tests up to date and keep mutmut's results (it regenerates the
+  # mutants of changed functions and collects stats for new tests); other mutants start over. Only what
+  # decides the set of mutants counts (what is mutated, and how): the test selection, pytest's options
+  # and markers change which tests run, like a test added to a selected file (kept results stand until
+  # those mutants are run again by name).
+  mutant_keys='^(source_paths|only_mutate|do_not_mutate_patterns|process_isolation) '
+  if [ -d "$work/mutants" ] && cmp -s <(grep -E "$mutant_keys" "$stage/pyproject.toml") \
+    <(grep -E "$mutant_keys" "$work/pyproject.toml"); then
     rm -rf "$work/src" "$work/tests"
     mv "$stage/src" "$stage/tests" "$stage/pyproject.toml" "$work/"
     rm -rf "$stage"

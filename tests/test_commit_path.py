@@ -249,13 +249,16 @@ def test_plan_edges_publish_supersession_and_threads_only() -> None:
         admitted_at = "2026-12-01T09:00:00Z"
 
     plan = RetainedPlan(
-        memories=tuple(mem(i, f"m{i}") for i in range(4)),
+        memories=tuple(mem(i, f"m{i}") for i in range(7)),
         entities=(),
         relations=(),
         decisions=(
+            decide(4, "NOOP", thread_to="c-task"),  # first: a NOOP never ends the walk
+            decide(5, "DROP", thread_to="c-task"),
             decide(0, "SUPERSEDE", target_id="c-old"),
             decide(1, thread_to="c-task"),
             decide(2, "UPDATE", target_id="c-x", thread_to="c-task"),
+            decide(6, "ADD", target_id="c-near"),  # an ADD names no line it replaces
             decide(3, "NOOP", thread_to="c-task"),
         ),
     )
@@ -394,6 +397,33 @@ async def test_a_superseding_intention_inherits_the_end_of_what_it_replaces(tmp_
     )
     new = lines(ctx.root)[fact_id(r2, 0)]
     assert (new.status, new.due) == ("done", "2026-12-20")  # type: ignore[attr-defined]
+
+
+async def test_only_an_intention_inherits_an_end(tmp_path: Path, embedder) -> None:
+    """INTENT-18 is about intentions: a plain fact replacing a dated line states no end, so it gets none,
+    even when another memory of the same plan is an intention."""
+    ctx = context(tmp_path / "mem", embedder)
+    r1 = admit(ctx, "r1", 0)
+    dated = PlanMemory(index=0, text="Renew the passport.", kind="fact", source="user", salience=0.9,
+                       entities=(), intent_state="planned", valid_to="2026-12-20")  # fmt: skip
+    plan = RetainedPlan(memories=(dated,), entities=(), relations=(), reviewed=True, decisions=(decide(0),))
+    await reconcile(ctx, r1, plan)
+    target = fact_id(r1, 0)
+    r2 = admit(ctx, "r2", 5)
+    plain = mem(0, "The passport office moved to the harbour.")
+    intention = dated.model_copy(update={"index": 1, "text": "Book the ferry.", "valid_to": None})
+    await reconcile(
+        ctx,
+        r2,
+        RetainedPlan(
+            memories=(plain, intention),
+            entities=(),
+            relations=(),
+            reviewed=True,
+            decisions=(decide(0, "SUPERSEDE", target_id=target), decide(1)),
+        ),
+    )
+    assert lines(ctx.root)[fact_id(r2, 0)].due is None  # type: ignore[attr-defined]
 
 
 async def test_reconcile_without_a_plan_is_a_content_free_storage_failure(tmp_path: Path, embedder) -> None:
@@ -583,3 +613,49 @@ def _single(text: str) -> RetainedPlan:
         reviewed=True,
         decisions=(decide(0),),
     )
+
+
+async def test_CAP48_a_failed_review_on_the_final_attempt_keeps_the_unreviewed_plan(
+    tmp_path: Path, embedder
+) -> None:
+    """The review call fails (the model endpoint is a closed port): before the final attempt that is a
+    failed attempt; on the final one the plan is kept whole, marked reviewed, nothing dropped."""
+    from temporalio.exceptions import ApplicationError
+
+    ctx = context(tmp_path / "mem", embedder)
+    record = admit(ctx, "r1", 0)
+    said = PlanMemory(index=0, text="I looked up three ferry times.", kind="fact", source="assistant",
+                      salience=0.9, entities=())  # fmt: skip
+    plan = RetainedPlan(memories=(said, mem(1, "The ferry leaves at nine.")), entities=(), relations=())
+    ctx.intake.begin_attempt(record, now=T0 + timedelta(hours=1))
+    ctx.intake.save_plan(record, plan.to_bytes(), now=T0 + timedelta(hours=1))
+    activities = CurationActivities(ctx)
+    with pytest.raises(ApplicationError):
+        await ActivityEnvironment().run(
+            activities.review, CurationInput(record, ctx.store_id, final_attempt=False)
+        )
+    assert RetainedPlan.from_bytes(ctx.intake.load_plan(record) or b"").reviewed is False
+    result = await ActivityEnvironment().run(
+        activities.review, CurationInput(record, ctx.store_id, final_attempt=True)
+    )
+    kept = RetainedPlan.from_bytes(ctx.intake.load_plan(record) or b"")
+    assert kept.reviewed and [m.text for m in kept.live()] == [said.text, "The ferry leaves at nine."]
+    assert (result.model_calls, result.items) == (1, 2)
+
+
+async def test_an_update_does_not_end_the_walk_over_the_decisions(tmp_path: Path, embedder) -> None:
+    ctx = context(tmp_path / "mem", embedder)
+    r1 = admit(ctx, "r1", 0)
+    await reconcile(ctx, r1, _single("The ferry leaves at nine."))
+    target = fact_id(r1, 0)
+    r2 = admit(ctx, "r2", 5)
+    plan = RetainedPlan(
+        memories=(mem(0, "The ferry leaves at ten."), mem(1, "The harbour café opens at eight.")),
+        entities=(),
+        relations=(),
+        reviewed=True,
+        decisions=(decide(0, "UPDATE", target_id=target, text="The ferry leaves at ten."), decide(1)),
+    )
+    await reconcile(ctx, r2, plan)
+    texts = {i: b.text for i, b in lines(ctx.root).items()}  # type: ignore[attr-defined]
+    assert texts == {target: "The ferry leaves at ten.", fact_id(r2, 1): "The harbour café opens at eight."}

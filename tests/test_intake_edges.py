@@ -20,7 +20,7 @@ from tempomem.storage.intake import (
     RecordState,
     admit_turn,
 )
-from tempomem.storage.intake_tidy import list_quarantined, quarantine_if_corrupt, tidy
+from tempomem.storage.intake_tidy import check_record, list_quarantined, quarantine_if_corrupt, tidy
 from tempomem.storage.ledger import CATALOG_HEADER, CATALOG_SLOT
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.projection import project
@@ -187,3 +187,10 @@ def test_foreign_files_in_the_record_folders_are_reported_not_read(tmp_path: Pat
     assert "foreign file: .capture-intake/pending/notes.txt" in problems
     assert "foreign file: .capture-intake/resolved/copy.json" in problems
     assert intake.due_pending(now=NOW) == [rid]  # the good record keeps flowing
+
+
+def test_a_record_that_cannot_be_read_is_unreadable(tmp_path: Path) -> None:
+    """A record gone between the listing and the read (or any other read error) is ``unreadable``."""
+    intake = Intake(tmp_path / "mem")
+    intake.pending_dir.mkdir(parents=True, mode=0o700)
+    assert check_record(intake, intake.pending_dir, "0" * 64) == "unreadable"

@@ -378,7 +378,14 @@ def test_a_line_superseded_in_the_sidecar_is_shown_superseded(tmp_path: Path) ->
     session = JournalSession()
     before = first(session, tmp_path, "2026-03-01", "2026-03-01")
     assert [e.lifecycle for e in before.entries] == ["current", "current", "current"]
-    apply_delta(tmp_path, [edge("supersede", "c-old", "c-new"), edge("lifecycle", "c-ended", "superseded")])
+    apply_delta(
+        tmp_path,
+        [
+            edge("supersede", "c-old", "c-new"),
+            edge("lifecycle", "c-ended", "superseded"),
+            edge("lifecycle", "c-new", "current"),  # a lifecycle entry that keeps a line current
+        ],
+    )
     after = first(JournalSession(), tmp_path, "2026-03-01", "2026-03-01")
     assert {e.id: e.lifecycle for e in after.entries} == {
         "c-old": "superseded",

@@ -177,3 +177,17 @@ def test_a_day_file_with_bytes_that_are_not_utf8_is_reported_not_fatal(tmp_path:
     day.parent.mkdir(parents=True)
     day.write_bytes(b"# 2026-12-01\n\n- \xe2\x80 torn <!--mem id=c-0001 type=fact-->\n")
     assert damaged_bullets(tmp_path) == ["daily/2026-12-01.md:3"]
+
+
+def test_a_two_line_bullet_on_the_first_lines_is_whole_and_a_leading_comment_is_damage(
+    tmp_path: Path,
+) -> None:
+    """A file a person wrote without the day heading: its first bullet starts on line 1 and is whole.
+    Metadata on line 1 has no head above it (the file's last line is not above it), so it is damage."""
+    meta = "  <!--mem id=c-0001 type=fact status=open recorded=2026-12-01T09:00:00.000Z-->"
+    day = tmp_path / "daily" / "2026-12-01.md"
+    day.parent.mkdir(parents=True)
+    day.write_text("- – First line of the file.\n" + meta + "\n")
+    assert damaged_bullets(tmp_path) == []
+    day.write_text(meta + "\n\n- – A plain bullet at the end")
+    assert damaged_bullets(tmp_path) == ["daily/2026-12-01.md:1"]

@@ -529,3 +529,11 @@ def test_zwj_is_allowed_only_inside_emoji_sequences(text: str, reason: str | Non
     from tempomem.storage.credentials import unsafe_characters
 
     assert unsafe_characters(text) == reason
+
+
+def test_a_rejection_message_is_the_reason_and_its_detail() -> None:
+    from tempomem.storage.remember import RememberRejected
+
+    assert str(RememberRejected("unsafe_text")) == "unsafe_text"
+    assert str(RememberRejected("unsafe_text", "control_character")) == "unsafe_text: control_character"
+    assert RememberRejected("unsafe_text", "x").reason == "unsafe_text"
