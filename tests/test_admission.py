@@ -198,7 +198,7 @@ def test_amb11_intake11_capacity_refuses_new_ids_only(
     )
 
 
-def test_amb12_capture_text_truncation_is_deterministic(tmp_path: Path) -> None:
+def test_amb12_intake07_capture_text_truncation_is_deterministic(tmp_path: Path) -> None:
     big = turn(capture_text="é" * (MAX_RECORD_BYTES // 2 + 1000))
     first = build_payload(big, write_mode="capture", tier="bujo")
     second = build_payload(big, write_mode="capture", tier="bujo")

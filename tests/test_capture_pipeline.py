@@ -66,9 +66,9 @@ def bullets(root: Path) -> list:
 
 
 async def test_capture_extracts_reviews_and_commits(client: Client, tmp_path: Path, model) -> None:
-    """CAP-01: admitted, the raw audit projected, then curated in the background; CAP-03: one review call;
-    CAP-24: the line keeps the source the extraction marked (user, the owner); GRAPH-01: the entity goes
-    to graph.jsonl; PROV-10: the session is the host's conversation id, never the model's."""
+    """CAP-01, WM-04: admitted, the raw audit projected, then curated in the background; CAP-03: one
+    review call; CAP-24: the line keeps the source the extraction marked (user, the owner); GRAPH-01:
+    the entity goes to graph.jsonl; PROV-10: the session is the host's conversation id, never the model's."""
     store = capture_store(tmp_path, client, model)
     model.push(
         extraction(
@@ -206,7 +206,8 @@ async def test_users_correction_supersedes_and_keeps_history(client: Client, tmp
         )
         outcome = await outcome_of(client, second)
     assert outcome.state == "resolved"
-    assert len(model.calls) == 5  # 2 for the first turn, 3 (the maximum, CAP-05) for the second
+    # 2 for the first turn, 3 (the maximum, CAP-05) for the second: one batched classifier call (CAP-04)
+    assert len(model.calls) == 5
     texts = {b.id: b for b in bullets(store.root)}
     assert old.id in texts and texts[old.id].text == "Ana is vegetarian."  # history stays
     [new] = [b for b in texts.values() if b.id != old.id]

@@ -215,6 +215,7 @@ async def test_supersede_keeps_history_and_current_lines_offer_only_the_live(
 
 
 async def test_update_rewrites_in_place_and_records_the_conversation(tmp_path: Path, embedder) -> None:
+    """PROV-09: the line names the latest conversation that contributed to it."""
     ctx = context(tmp_path / "mem", embedder)
     r1 = admit(ctx, "r1", 0, conversation="web:first")
     plan = RetainedPlan(

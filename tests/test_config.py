@@ -119,6 +119,9 @@ def paths(data: object) -> list[str]:
         pytest.param(FRAGMENT_APPEND, id="fragment-append-AMB-41"),
         pytest.param(FRAGMENT_RECALL_TOOL, id="fragment-recall-tool-CFG-28"),
         pytest.param(merged(BUJO_CAPTURE, FRAGMENT_INTENT_BUILT), id="intent-flags-on-bujo-CFG-21"),
+        # INTENT-30: intentExpiry without intentLifecycle; INTENT-02: each switch on its own
+        pytest.param(merged(BUJO_CAPTURE, {"memory": {"recall": {"intentExpiry": True}}}), id="expiry-alone"),
+        pytest.param(merged(BUJO_CAPTURE, {"memory": {"recall": {"recency": True}}}), id="recency-alone"),
         pytest.param(mem(mode="journal", embeddings={"dim": 512}), id="dim-only-block-CFG-07"),
         pytest.param(mem(mode="journal", embeddings={"provider": "local"}), id="journal-local"),
         pytest.param(mem(mode="lite", embeddings={"provider": "ollama"}), id="lite-with-embeddings-allowed"),

@@ -115,7 +115,8 @@ def test_resolve_rules(store) -> None:
 def test_mutating_commands_refuse_while_the_agent_runs(store) -> None:
     cfg, root, rid = store
     with hold_fence(root, what="test agent"):
-        for args in (("retry", rid), ("resolve", rid, "gone"), ("rebuild",)):  # CLI-12
+        # CLI-07, CLI-12: repairs and maintenance need the agent stopped
+        for args in (("retry", rid), ("resolve", rid, "gone"), ("rebuild",), ("adopt-replay",)):
             proc = run(cfg, *args)
             assert proc.returncode == 3 and "agent_running" in proc.stderr
         assert run(cfg, "inspect", "--json").returncode == 0  # read-only commands still work

@@ -50,7 +50,7 @@ def test_cap25_source_is_bounded_by_host_provenance(speaker, trigger, user_text,
 
 
 @pytest.mark.parametrize(("salience", "kept"), [(0.49, False), (0.5, True), (0.9, True)])
-def test_cap26_assistant_salience_floor_prunes_its_entities(salience: float, kept: bool) -> None:
+def test_cap26_graph08_assistant_salience_floor_prunes_its_entities(salience: float, kept: bool) -> None:
     plan = plan_of(
         mem("The user met Bo.", source="assistant", salience=salience, entities=["bo"]),
         mem("The user likes tea.", entities=["tea"]),

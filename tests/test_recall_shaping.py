@@ -144,15 +144,17 @@ def test_REC45_timestamp_closes_when_its_instant_passes_keeping_its_offset() -> 
     assert (info.state, info.ended_on) == ("ended", "2026-07-10")
 
 
-def test_REC44_event_due_ends_but_task_deadline_does_not() -> None:
+def test_REC44_INTENT27_event_due_ends_but_task_deadline_does_not() -> None:
     assert currentness(hit(0.7, type="event", due="2026-07-01"), now=NOW, tz=UTC).state == "ended"
     assert currentness(hit(0.7, type="task", due="2026-07-01"), now=NOW, tz=UTC).state == "current"
 
 
-def test_REC48_note_due_is_an_end_only_under_intent_expiry() -> None:
+def test_REC48_INTENT26_INTENT20_note_due_is_an_end_only_under_intent_expiry() -> None:
     h = hit(0.7, type="note", due="2026-07-01")
     assert currentness(h, now=NOW, tz=UTC).state == "current"
     assert currentness(h, now=NOW, tz=UTC, intent_expiry=True).state == "ended"
+    shown = to_recall_hit(h, currentness(h, now=NOW, tz=UTC, intent_expiry=True))
+    assert shown.status == "open"  # INTENT-20: a passed end never closes or completes anything
 
 
 def test_AUTO10_unparseable_end_is_never_inferred() -> None:
