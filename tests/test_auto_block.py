@@ -211,7 +211,7 @@ def test_AUTO19_AUTO27_lexical_results_show_nothing() -> None:
         TurnGate(verified_owner=True, surface="web", process_job_wake=True),
     ],
 )
-def test_AUTO20_AUTO21_AUTO22_only_verified_owner_web_tui_acp(gate: Any) -> None:
+def test_AUTO20_AUTO21_AUTO22_HOST07_only_verified_owner_web_tui_acp(gate: Any) -> None:
     b = select_auto_block([hit(0.9)], now=NOW, tz=UTC, owner_text=QUESTION, gate=gate)
     assert b.text == "" and b.suppressed == "not_owner_turn"
 

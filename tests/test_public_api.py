@@ -267,6 +267,8 @@ def test_mtls_files_and_api_key_env_from_the_config_file(tmp_path: Path) -> None
 
 # -- the examples, run against the dev server ------------------------------------------------------------
 async def test_the_host_and_worker_example_runs(client: Client, tmp_path: Path) -> None:
+    """STORE-13: a store built from the config plus its embedder serves recall, as the example host does;
+    STORE-01: its writes are the built-in durable admission."""
     example = tmp_path / "example"
     shutil.copytree(REPO / "examples" / "host_and_worker", example)
     env = {

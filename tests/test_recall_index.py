@@ -295,6 +295,7 @@ def test_second_rebuild_uses_vector_cache(store: Path, minilm: LocalMiniLMEmbedd
 
 
 def test_changed_identity_reembeds_everything(store: Path, minilm: LocalMiniLMEmbedder) -> None:
+    """RPL-16: the new generation is embedded with the configured provider before it is activated."""
     MemoryIndex(store, minilm).rebuild()
     fake = HashEmbedder(dim=16)
     idx = MemoryIndex(store, fake)
