@@ -12,14 +12,11 @@ process), or with ``--schedule`` keeps a Temporal Schedule that does it periodic
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import hashlib
-import json
 import sys
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -32,8 +29,6 @@ if TYPE_CHECKING:
     from tempomem.workflows.consolidation import ConsolidationResult
 
 __all__ = [
-    "cmd_backfill",
-    "cmd_consolidate",
     "consolidate_now",
     "detect_format",
     "follow_backfill",
@@ -44,7 +39,6 @@ __all__ = [
 
 # The CLI imports this module to build its parser: keep Temporal and the activities out of that path.
 FORMATS = ("jsonl", "locomo-turns", "locomo-pairs")  # == workflows.backfill.SOURCE_FORMATS
-
 
 
 def detect_format(path: Path, requested: str = "auto") -> str:
@@ -257,148 +251,6 @@ class ProgressBar:
 
 
 # -- CLI --------------------------------------------------------------------------------------------------
-
-
-def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="JSONL of completed turns, or a LoCoMo-style conversation JSON")
-    p.add_argument("--format", default="auto", choices=["auto", *FORMATS])
-    p.add_argument("--window", type=int, default=8, help="capture workflows in flight (default 8)")
-    p.add_argument("--batch", type=int, default=64, help="lines admitted per activity (default 64)")
-    p.add_argument(
-        "--continue-as-new-every", type=int, default=500, help="lines per workflow run (default 500)"
-    )
-    p.add_argument("--worker", action="store_true", help="run this store's worker in this process too")
-    p.add_argument("--no-wait", action="store_true", help="start (or find) the backfill and return")
-    p.add_argument("--json", action="store_true", help="print the final counts as JSON")
-
-
-def add_consolidate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--schedule", action="store_true", help="create/update the periodic Temporal Schedule")
-    p.add_argument("--every-minutes", type=int, default=60, help="schedule interval (default 60)")
-    p.add_argument("--local", action="store_true", help="regenerate in this process, without Temporal")
-    p.add_argument("--json", action="store_true")
-
-
-def cmd_backfill(args: argparse.Namespace) -> int:
-    from tempomem.cli.common import EXIT_ERROR, EXIT_OK, store_from_args
-    from tempomem.connect import connect
-
-    store = store_from_args(args)
-    path = Path(args.file)
-    if not path.is_file():
-        print(f"error: {path} is not a file", file=sys.stderr)
-        return EXIT_ERROR
-
-    async def main() -> BackfillProgress | None:
-        from tempomem.worker import note_missing_worker, worker_in_process
-
-        client = await connect(store.config, store.base_dir)
-        handle = await start_backfill(
-            client,
-            store,
-            path,
-            format=args.format,
-            window=args.window,
-            batch_size=args.batch,
-            continue_as_new_every=args.continue_as_new_every,
-        )
-        print(f"backfill {handle.id} on task queue {store.task_queue}", file=sys.stderr, flush=True)
-        if args.no_wait:
-            return None
-        async with worker_in_process(client, store, enabled=args.worker) as worker:
-            if worker is None:
-                await note_missing_worker(client, store)
-            bar = ProgressBar()
-            follow = asyncio.ensure_future(follow_backfill(client, handle.id, on_progress=bar.update))
-            try:
-                await asyncio.wait(
-                    {follow} if worker is None else {follow, worker}, return_when="FIRST_COMPLETED"
-                )
-                if not follow.done():  # the in-process worker stopped first: surface why
-                    assert worker is not None
-                    worker.result()
-                    raise RuntimeError("the in-process worker stopped before the backfill finished")
-                return follow.result()
-            finally:
-                follow.cancel()
-                bar.close()
-
-    try:
-        final = asyncio.run(main())
-    except KeyboardInterrupt:
-        print("\ninterrupted; the backfill goes on in the worker — run the same command to re-attach")
-        return 130
-    if final is None:
-        return EXIT_OK
-    if args.json:
-        print(json.dumps(_as_json(final), indent=2))
-    else:
-        print(summary_line(final))
-        for bad in final.bad:
-            print(f"  bad line {bad.line}: {bad.reason}", file=sys.stderr)
-        if final.bad_lines > len(final.bad):
-            print(f"  … and {final.bad_lines - len(final.bad)} more bad lines", file=sys.stderr)
-    return EXIT_OK
-
-
-def _as_json(p: BackfillProgress) -> dict[str, Any]:
-    import dataclasses
-
-    return dataclasses.asdict(p)
-
-
-def cmd_consolidate(args: argparse.Namespace) -> int:
-    from tempomem.activities.consolidation import consolidation_schedule_id, ensure_consolidation_schedule
-    from tempomem.cli.common import EXIT_OK, store_from_args
-    from tempomem.connect import connect
-
-    store = store_from_args(args)
-    if args.local:
-        from tempomem.storage.consolidation import consolidate
-
-        report: Any = consolidate(store.root)
-        _print_consolidation(report, as_json=args.json)
-        return EXIT_OK
-
-    async def main() -> Any:
-        from tempomem.worker import worker_polling
-
-        client = await connect(store.config, store.base_dir)
-        if args.schedule:
-            ctx = store.worker_context(client)
-            created = await ensure_consolidation_schedule(
-                client, ctx, every=timedelta(minutes=max(1, args.every_minutes))
-            )
-            print(
-                f"schedule {consolidation_schedule_id(store.store_id)} "
-                f"{'created' if created else 'already exists (interval updated if it differed)'}"
-            )
-            return None
-        if await worker_polling(client, store.task_queue):
-            return await consolidate_now(client, store)
-        from tempomem.storage.consolidation import consolidate
-
-        print("note: no worker polls this store's task queue; regenerating in process", file=sys.stderr)
-        return await asyncio.to_thread(consolidate, store.root)
-
-    report = asyncio.run(main())
-    if report is not None:
-        _print_consolidation(report, as_json=args.json)
-    return EXIT_OK
-
-
-def _print_consolidation(report: Any, *, as_json: bool) -> None:
-    import dataclasses
-
-    if as_json:
-        print(json.dumps(dataclasses.asdict(report), indent=2))
-        return
-    print(
-        f"index.md {'rewritten' if report.changed else 'unchanged'} ({report.index_bytes} bytes): "
-        f"{report.duplicate_groups} duplicate groups among {report.daily_lines} daily lines; "
-        f"{report.entity_groups_shown} of {report.entity_groups} entity groups previewed "
-        f"({report.graph_rows_scanned}/{report.graph_rows} graph rows scanned)"
-    )
 
 
 def jsonl_line(turn: Any) -> str:

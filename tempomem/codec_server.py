@@ -14,15 +14,10 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import os
-import signal
-import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from google.protobuf import json_format
@@ -235,69 +230,3 @@ class CodecServer:
 
 
 # -- command line (registered by tempomem.cli.build_parser) ------------------------------------------------
-def add_codec_commands(sub: Any, load: Any) -> None:
-    """Register ``codec-server`` and ``codec-keygen``; ``load`` is ``cli_common.load_args_config``."""
-
-    def cmd_codec_server(args: Any) -> int:
-        from tempomem.codec import codec_from_config, codec_from_settings
-
-        try:
-            config, base = load(args)
-            if args.key_file or args.key_env:
-                key_id = args.key_id or getattr(config.temporal, "codec_key_id", None)
-                codec = codec_from_settings(key_file=args.key_file, key_env=args.key_env, key_id=key_id)
-            else:
-                codec = codec_from_config(config.temporal, base)
-            if codec is None:
-                raise CodecError(
-                    "no codec key: set temporal.codecKeyFile/codecKeyEnv or pass --key-file/--key-env"
-                )
-            token = os.environ.get(args.token_env) if args.token_env else None
-            if args.token_env and not token:
-                raise CodecError(f"environment variable {args.token_env} (bearer token) is not set")
-            origins = args.origin or [origin_of(config.temporal.ui_url)]
-            server = CodecServer(
-                codec,
-                host=args.host,
-                port=args.port,
-                origins=origins,
-                namespace=args.namespace,
-                auth_token=token,
-            )
-        except (CodecError, ValueError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(
-            f"codec server on {server.url} for key id(s) {', '.join(codec.key_ids)}; UI origin(s) "
-            f"{', '.join(origins)} (Ctrl-C stops)",
-            flush=True,
-        )
-        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown_serving).start())
-        server.serve_forever()
-        return 0
-
-    def cmd_codec_keygen(args: Any) -> int:
-        from tempomem.codec import generate_key_file
-
-        try:
-            key_id = generate_key_file(Path(args.path))
-        except (CodecError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(f"wrote a new AES-256 codec key to {args.path} (owner-only); key id {key_id}")
-        return 0
-
-    p = sub.add_parser("codec-server", help="serve the payload codec to the Temporal UI (/encode, /decode)")
-    p.add_argument("--port", type=int, default=8888)
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
-    p.add_argument("--origin", action="append", help="allowed UI origin (repeatable); default temporal.uiUrl")
-    p.add_argument("--namespace", help="serve only this namespace (X-Namespace header)")
-    p.add_argument("--key-file", help="key file (instead of temporal.codecKeyFile)")
-    p.add_argument("--key-env", help="environment variable holding the key (instead of temporal.codecKeyEnv)")
-    p.add_argument("--key-id", help="key id (default temporal.codecKeyId, else the key's fingerprint)")
-    p.add_argument("--token-env", help="require 'Authorization: Bearer <value of this variable>'")
-    p.set_defaults(func=cmd_codec_server)
-
-    p = sub.add_parser("codec-keygen", help="write a new random AES-256 payload codec key (owner-only file)")
-    p.add_argument("path")
-    p.set_defaults(func=cmd_codec_keygen)

@@ -44,7 +44,6 @@ The recall index is not part of the archive: rebuild it from canonical Markdown 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import hashlib
 import io
@@ -836,90 +835,3 @@ def import_apply(root: Path, archive: Path) -> ImportReport:
             recovered=recovered,
             changed_paths=tuple(sorted(changed)),
         )
-
-
-# -- command line (registered by tempomem.cli.build_parser) ------------------------------------------------
-def _print_error(exc: Exception) -> int:
-    import sys
-
-    print(f"error: {exc}", file=sys.stderr)
-    return 1
-
-
-def add_export_commands(sub: Any, load: Any) -> None:
-    """Register ``export`` and ``import`` on the ``tempomem`` subparsers.
-
-    ``load(args) -> (TempomemConfig, base_dir)`` is ``tempomem.cli.common.load_args_config``.
-    ``AgentRunningError`` is left to ``tempomem.cli.main`` (exit 3); archive problems print ``error: …``
-    and exit 1.
-    """
-
-    def root_of(args: Any) -> Path:
-        from tempomem.store import resolve_root
-
-        config, base = load(args)
-        return resolve_root(config, base)
-
-    def cmd_export(args: Any) -> int:
-        """CLI-10 / WM-21: read-only backup, safe on a live store (AMB-34). Opens no store object."""
-        try:
-            report = export_store(root_of(args), Path(args.archive), max_passes=args.max_passes)
-        except ArchiveError as exc:
-            return _print_error(exc)
-        if args.json:
-            print(json.dumps({**dataclasses.asdict(report), "path": str(report.path)}))
-        else:
-            print(
-                f"exported {report.files} canonical file(s), {report.bytes} bytes, and "
-                f"{report.intake_records} intake record(s) as content-free metadata to {report.path} "
-                f"(consistent after {report.passes} passes; sha256 {report.sha256})"
-            )
-        return 0
-
-    def cmd_import(args: Any) -> int:
-        """CLI-11: ``restore`` (empty or matching store) or ``apply`` (merge by id); agent stopped."""
-        root = root_of(args)
-        verb = import_restore if args.action == "restore" else import_apply
-        try:
-            report = verb(root, Path(args.archive))
-        except ArchiveError as exc:
-            return _print_error(exc)
-        rows = None
-        if report.files_written and not args.no_rebuild:
-            from tempomem.store import MemoryStore
-
-            config, base = load(args)
-            store = MemoryStore(config, base_dir=base)
-            try:
-                rows = store.rebuild().rows  # the index derives from canonical Markdown only
-            finally:
-                store.close()
-        if args.json:
-            print(json.dumps({**dataclasses.asdict(report), "index_rows": rows}))
-            return 0
-        done = (
-            f"restored {report.files_written} canonical file(s)"
-            if report.mode == "restore"
-            else f"merged {report.bullets_added} bullet(s) ({report.bullets_skipped} already present), "
-            f"{report.graph_rows_changed} graph row(s), {report.sidecar_entries_added} sidecar entr(ies), "
-            f"{report.archived_turns_added} archived turn(s)"
-        )
-        print(done + (f"; search index rebuilt ({rows} memories)" if rows is not None else ""))
-        return 0
-
-    p = sub.add_parser(
-        "export", help="read-only .tar.gz backup of canonical memory and turn archive; safe on a live store"
-    )
-    p.add_argument("archive", help="output path (.tar.gz), outside the memory root")
-    p.add_argument(
-        "--max-passes", type=int, default=DEFAULT_MAX_PASSES, help="give up after this many passes"
-    )
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_export)
-
-    p = sub.add_parser("import", help="restore or merge an export archive (agent stopped)")
-    p.add_argument("action", choices=["apply", "restore"], help="apply = merge by id; restore = empty store")
-    p.add_argument("archive")
-    p.add_argument("--no-rebuild", action="store_true", help="skip rebuilding the search index afterwards")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_import)

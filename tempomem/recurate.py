@@ -8,14 +8,9 @@ real run would write. The CLI imports this module to build its parser: Temporal 
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import dataclasses
-import json
 import re
-import sys
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -140,98 +135,6 @@ async def run_recurate(
     """Start the re-curation and wait for its content-free result."""
     handle = await start_recurate(client, store, req, **knobs)
     return await handle.result()
-
-
-def add_recurate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--since", required=True, help="first UTC admission day of the turns, YYYY-MM-DD")
-    p.add_argument("--until", help="last UTC admission day, YYYY-MM-DD (inclusive; default: now)")
-    p.add_argument("--model", help="use this model name instead of memory.llm.model (same provider)")
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="change nothing; print the unified diff of daily/*.md a real run would make",
-    )
-    p.add_argument(
-        "--run-id",
-        help="names this re-curation (default: the UTC start time); the same id again admits nothing twice "
-        "and re-attaches to a running one",
-    )
-    p.add_argument("--worker", action="store_true", help="run this store's worker in this process too")
-    p.add_argument("--json", action="store_true", help="print the final counts (and diff path) as JSON")
-
-
-def cmd_recurate(args: argparse.Namespace) -> int:
-    from tempomem.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, store_from_args
-    from tempomem.connect import connect
-    from tempomem.worker import note_missing_worker, worker_in_process
-
-    store = store_from_args(args)
-    try:
-        req = make_request(
-            store,
-            since=args.since,
-            until=args.until,
-            model=args.model,
-            dry_run=args.dry_run,
-            run_id=args.run_id,
-        )
-    except RecurateRequestError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE if exc.usage else EXIT_ERROR
-
-    from tempomem.follow import TurnBar, follow_workflow
-    from tempomem.workflows.recurate import PROGRESS_QUERY, RecurateProgress
-
-    async def main() -> RecurateProgress:
-        client = await connect(store.config, store.base_dir)
-        handle = await start_recurate(client, store, req)
-        print(f"recurate {handle.id} on task queue {store.task_queue}", file=sys.stderr, flush=True)
-        async with worker_in_process(client, store, enabled=args.worker) as worker:
-            if worker is None:
-                await note_missing_worker(client, store)
-            bar = None if args.json else TurnBar(total=req.archived, desc=req.run_id)
-            try:
-                return await follow_workflow(
-                    client,
-                    handle.id,
-                    query=PROGRESS_QUERY,
-                    result_type=RecurateProgress,
-                    on_progress=(lambda p: bar.show(p.turns, req.archived, progress_postfix(p)))
-                    if bar
-                    else None,
-                )
-            finally:
-                if bar is not None:
-                    bar.close()
-
-    from temporalio.client import WorkflowFailureError
-
-    try:
-        final = asyncio.run(main())
-    except WorkflowFailureError as exc:
-        # Content-free: the failure category (e.g. invalid_output, llm_timeout) and the run id, never text.
-        print(f"error: recurate {req.run_id} failed ({failure_category(exc)})", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print(
-            "\ninterrupted; the re-curation goes on in the worker — run the same command with --run-id "
-            f"{req.run_id} to re-attach",
-            file=sys.stderr,
-        )
-        return 130
-    if args.json:
-        print(json.dumps(dataclasses.asdict(final), indent=2))
-    elif req.dry_run:
-        # The diff is what the user asked to see; it lives on the worker host (this one, usually).
-        path = Path(final.diff_path)
-        if path.is_file():
-            sys.stdout.write(path.read_text(encoding="utf-8"))
-        else:
-            print(f"diff written on the worker host: {path}", file=sys.stderr)
-        print(summary_line(final, req), file=sys.stderr)
-    else:
-        print(summary_line(final, req))
-    return EXIT_OK if final.dead == 0 and final.pending == 0 else EXIT_ERROR
 
 
 def progress_postfix(p: RecurateProgress) -> str:

@@ -318,7 +318,7 @@ def test_cli_backfill_runs_in_process_worker_and_reports_bad_lines(
     """``tempomem backfill FILE --worker`` end to end, through worker.py's real wiring."""
     import argparse
 
-    from tempomem import backfill as backfill_cli
+    from tempomem.cli import batch as backfill_cli
 
     address = temporal_env.client.service_client.config.target_host
     config_path = tmp_path / "tempomem.json"

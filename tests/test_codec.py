@@ -317,10 +317,10 @@ async def test_history_is_encrypted_yet_the_codec_client_reads_the_result(
 RUN_CODEC_COMMANDS = """
 import argparse, sys
 from tempomem.cli import common as cli_common
-from tempomem.codec_server import add_codec_commands
+from tempomem.cli.archive import register_codec
 parser = argparse.ArgumentParser()
 parser.add_argument("--config")
-add_codec_commands(parser.add_subparsers(dest="command", required=True), cli_common.load_args_config)
+register_codec(parser.add_subparsers(dest="command", required=True), cli_common.load_args_config)
 args = parser.parse_args(sys.argv[1:])
 sys.exit(args.func(args))
 """

@@ -428,10 +428,11 @@ def test_export_and_import_commands_via_their_parser(
     import argparse
 
     from tempomem.cli import common as cli_common
+    from tempomem.cli.archive import register_export
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--config")
-    ex.add_export_commands(parser.add_subparsers(dest="command", required=True), cli_common.load_args_config)
+    register_export(parser.add_subparsers(dest="command", required=True), cli_common.load_args_config)
 
     def run(*argv: str) -> int:
         args = parser.parse_args(list(argv))
