@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tempomem import export as ex
+from tempomem.export import restore as ex_restore
+from tempomem.export import write as ex_write
 from tempomem.storage import graph as graph_store
 from tempomem.storage import replay_projection
 from tempomem.storage.fence import AgentRunningError, hold_fence
@@ -165,7 +167,7 @@ def test_export_retries_until_two_passes_agree_and_gives_up_on_a_churning_store(
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tempomem-export-")]
 
     # A store that changes once, during the first pass, settles on the next two passes.
-    real = ex._copy_pass
+    real = ex_write._copy_pass
     calls = {"n": 0}
 
     def once(root_: Path, dest: Path, now: datetime) -> dict:
@@ -175,11 +177,11 @@ def test_export_retries_until_two_passes_agree_and_gives_up_on_a_churning_store(
             append_bullets(root / "daily" / "2026-03-07.md", "2026-03-07", [bullet("late", "late")])
         return digests
 
-    ex._copy_pass = once  # type: ignore[assignment]
+    ex_write._copy_pass = once  # type: ignore[assignment]
     try:
         report = ex.export_store(root, tmp_path / "b.tar.gz", pause_seconds=0)
     finally:
-        ex._copy_pass = real  # type: ignore[assignment]
+        ex_write._copy_pass = real  # type: ignore[assignment]
     assert report.passes == 3
     assert "canonical/daily/2026-03-07.md" in members(report.path)
 
@@ -358,10 +360,10 @@ def test_crash_after_commit_is_rolled_forward_and_crash_before_is_discarded(
                 raise KeyboardInterrupt("power cut")
         real_rename(a, b)
 
-    monkeypatch.setattr(ex.os, "rename", crashing_rename)
+    monkeypatch.setattr(os, "rename", crashing_rename)
     with pytest.raises(KeyboardInterrupt):
         ex.import_restore(dst, archive)
-    monkeypatch.setattr(ex.os, "rename", real_rename)
+    monkeypatch.setattr(os, "rename", real_rename)
     staged = [p for p in dst.iterdir() if p.name.startswith(ex.STAGING_PREFIX)]
     assert len(staged) == 1 and (staged[0] / ex.COMMIT_NAME).exists()
     assert 0 < len(canonical(dst)) < 5  # half-moved on disk …
@@ -385,7 +387,7 @@ def test_recovery_refuses_to_overwrite_a_file_changed_since_staging(
     archive = ex.export_store(src, tmp_path / "b.tar.gz").path
     dst = tmp_path / "dst"
     append_bullets(dst / "daily" / "2026-03-05.md", "2026-03-05", [bullet("own", "Own")])
-    monkeypatch.setattr(ex, "_roll_forward", lambda root, staging: 0)  # crash right after the journal
+    monkeypatch.setattr(ex_restore, "_roll_forward", lambda root, staging: 0)  # crash right after the journal
     ex.import_apply(dst, archive)
     monkeypatch.undo()
     append_bullets(dst / "daily" / "2026-03-05.md", "2026-03-05", [bullet("late", "written after")])
