@@ -22,20 +22,15 @@ import logging
 import os
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from enum import StrEnum
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from tempomem.storage.admission_rules import (
-    SourceLabel,
     WriteMode,
-    capture_parts,
-    host_summary,
     skip_reason,
-    source_label,
 )
 from tempomem.storage.fsio import (
     UnsafePathError,
@@ -45,204 +40,81 @@ from tempomem.storage.fsio import (
     fsync_dir,
     read_private_file,
 )
+from tempomem.storage.intake_records import (
+    RECORD_VERSION,
+    TRUNCATION_MARKER,
+    FailureCategory,
+    IntakeCapacityError,
+    IntakeConflictError,
+    IntakeCorruptError,
+    IntakeError,
+    IntakeIntegrityError,
+    IntakePayload,
+    ProcessingState,
+    Receipt,
+    RecordState,
+    RecordView,
+    RetainedPlanError,
+    Tier,
+    UnknownRecordError,
+    build_payload,
+    canonical_json,
+    check_record_id,
+    fit_record,
+    format_instant,
+    intake_id,
+    is_record_name,
+    parse_instant,
+)
 from tempomem.storage.ledger import Ledger, LedgerIntegrityError
 from tempomem.storage.limits import (
     MAX_ACTIVE_RECORDS,
     MAX_RECORD_BYTES,
     MAX_RESOLVED_RECEIPTS,
-    RUN_ID_HASH_HEX_LEN,
 )
 from tempomem.storage.store_ref import store_id
 from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT, TurnArchive
 
+# The record model lives in storage.intake_records; its names stay importable from here.
+__all__ = [
+    "IMPORTED_NAME",
+    "INTAKE_DIR",
+    "REASON_SLUG",
+    "RECORD_VERSION",
+    "TRUNCATION_MARKER",
+    "FailureCategory",
+    "Intake",
+    "IntakeCapacityError",
+    "IntakeConflictError",
+    "IntakeCorruptError",
+    "IntakeError",
+    "IntakeIntegrityError",
+    "IntakePayload",
+    "ProcessingState",
+    "Receipt",
+    "RecordState",
+    "RecordView",
+    "RetainedPlanError",
+    "Tier",
+    "UnknownRecordError",
+    "admit_turn",
+    "build_payload",
+    "canonical_json",
+    "check_record_id",
+    "fit_record",
+    "format_instant",
+    "intake_id",
+    "is_record_name",
+    "parse_instant",
+]
+
+
 INTAKE_DIR = ".capture-intake"
 IMPORTED_NAME = "imported-commitments.json"
-RECORD_VERSION = 1
-TRUNCATION_MARKER = "\n[capture text truncated]"
-
-Tier = Literal["lite", "journal", "bujo"]
-
-
-class IntakeError(Exception):
-    """Base of every typed intake failure; stored state is untouched when one is raised."""
-
-
-class IntakeConflictError(IntakeError):
-    """INTAKE-04: the run id was admitted before with different payload bytes."""
-
-
-class IntakeCapacityError(IntakeError):
-    """AMB-11: 4,096 active records already; a new run id is refused, nothing is pruned."""
-
-
-class IntakeCorruptError(IntakeError):
-    """A record on disk is malformed, unsafe (symlink, foreign owner) or inconsistent."""
-
-
-class IntakeIntegrityError(IntakeCorruptError):
-    """The permanent ledger, its catalog or the schema marker fail their checks (INTAKE-25..27)."""
-
-
-class UnknownRecordError(IntakeError):
-    """No record with that id in the state asked for."""
-
-
-class RetainedPlanError(IntakeError):
-    """CLI-05: ``resolve`` refuses to drop a record holding a recoverable retained semantic plan."""
 
 
 REASON_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")  # AMB-02
-
-
-class RecordState(StrEnum):
-    PENDING = "pending"
-    DEAD = "dead"
-    RESOLVED = "resolved"
-
-
-class FailureCategory(StrEnum):
-    """AMB-29: the bounded failure vocabulary shown to operators (never a message text)."""
-
-    LLM_TIMEOUT = "llm_timeout"
-    LLM_ERROR = "llm_error"
-    INVALID_OUTPUT = "invalid_output"
-    EMBEDDING_UNAVAILABLE = "embedding_unavailable"
-    INDEX_ERROR = "index_error"
-    STORAGE_ERROR = "storage_error"
-    SHUTDOWN_ABORT = "shutdown_abort"
-    UNKNOWN = "unknown"
-
-
-class IntakePayload(BaseModel):
-    """The immutable admitted fields. Its canonical bytes are what INTAKE-03/04 compare."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
-
-    version: int
-    id: str
-    run_id: str
-    admitted_at: str
-    write_mode: WriteMode
-    tier: Tier
-    speaker_kind: str
-    trigger_kind: str
-    source_label: SourceLabel
-    conversation_id: str
-    summary: str
-    # writeMode "capture" only: the owner's (approved) text and the assistant answer, bounded (AMB-12).
-    capture_user_text: str | None = None
-    capture_answer: str | None = None
-    # Re-curation only (issue #6 item 2): the original intake id and an optional ``memory.llm.model``
-    # override. Absent (None) they are left out of the canonical bytes, so every record admitted before
-    # these fields existed keeps its exact bytes and sha256 (INTAKE-03, the ledger).
-    recurate_of: str | None = None
-    model_override: str | None = None
-
-    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
-        data = super().model_dump(**kwargs)
-        for key in _OPTIONAL_EXTENSIONS:
-            if key in data and data[key] is None:
-                del data[key]
-        return data
-
-
-_OPTIONAL_EXTENSIONS = ("recurate_of", "model_override")
-
-
-class ProcessingState(BaseModel):
-    """Mutable, content-free processing state (INTAKE-18)."""
-
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-
-    state: RecordState = RecordState.PENDING
-    attempts: int = 0
-    revision: int = 0
-    due_at: str | None = None  # None = due now
-    failure_category: FailureCategory | None = None
-    updated_at: str | None = None
-    # A validated capture plan kept with the record (CAP-75); ``resolve`` refuses to drop one (CLI-05).
-    retained_plan: bool = False
-
-
-class Receipt(BaseModel):
-    """Content-free proof that a run was resolved; keeps duplicate protection after retirement."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
-
-    id: str
-    payload_sha256: str
-    outcome: Literal["success", "operator_resolved"]
-    admitted_at: str
-    resolved_at: str
-    attempts: int
-    reason: str | None = None  # the operator's reason slug for operator_resolved
-
-
-class RecordView(BaseModel):
-    """What inspection may show: ids, states, instants, counters (CLI-03). Never text."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    state: RecordState
-    admitted_at: str
-    attempts: int
-    revision: int
-    due_at: str | None
-    due: bool
-    failure_category: FailureCategory | None
-    write_mode: str
-    tier: str
-
-
-def intake_id(run_id: str) -> str:
-    """INTAKE-02: sha256 of the run id, 64 lowercase hex characters."""
-    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()
-
-
-def format_instant(value: datetime) -> str:
-    """UTC, millisecond precision, Z suffix: the one instant format on disk."""
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-
-
-def parse_instant(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
-
-
-def canonical_json(value: object) -> bytes:
-    """Sorted keys, no insignificant whitespace, UTF-8 (AMB-24 style)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode()
-
-
-def _check_id(record_id: str) -> str:
-    if not _is_record_name(record_id):
-        raise UnknownRecordError(f"not a 64-character lowercase hex intake id: {record_id[:80]!r}")
-    return record_id
-
-
-def build_payload(turn: CompletedTurn, *, write_mode: WriteMode, tier: Tier) -> IntakePayload:
-    """The record a turn becomes. Deterministic: the same turn always yields the same bytes."""
-    payload = IntakePayload(
-        version=RECORD_VERSION,
-        id=intake_id(turn.run_id),
-        run_id=turn.run_id,
-        admitted_at=format_instant(turn.admitted_at),
-        write_mode=write_mode,
-        tier=tier,
-        speaker_kind=turn.speaker_kind,
-        trigger_kind=turn.trigger_kind,
-        source_label=source_label(turn),
-        conversation_id=turn.conversation_id,
-        summary=host_summary(turn),
-    )
-    if write_mode == "capture":
-        user_text, answer = capture_parts(turn)
-        payload = payload.model_copy(update={"capture_user_text": user_text, "capture_answer": answer})
-    return _fit_record(payload)
 
 
 def admit_turn(
@@ -269,33 +141,6 @@ def admit_turn(
     outcome = intake.admit(payload)
     status = AdmissionStatus.ADMITTED if outcome == "admitted" else AdmissionStatus.DUPLICATE
     return AdmissionResult(status=status, intake_id=payload.id)
-
-
-def fit_record(payload: IntakePayload) -> IntakePayload:
-    """Public face of the AMB-12 size rule, for records built outside ``build_payload`` (re-curation)."""
-    return _fit_record(payload)
-
-
-def _fit_record(payload: IntakePayload) -> IntakePayload:
-    """AMB-12: truncate capture text at a UTF-8 boundary, with a marker, so the record stays ≤ 640 KiB.
-
-    The owner's text is cut first, then the answer; the cut is deterministic, so a retried admission of
-    the same turn is byte-identical (INTAKE-03).
-    """
-    for field in ("capture_user_text", "capture_answer"):
-        size = len(canonical_json(payload.model_dump()))
-        text = getattr(payload, field)
-        # JSON escaping can make a byte cost more than one; shrink until it fits (a few rounds at most).
-        while size > MAX_RECORD_BYTES and text:
-            excess = size - MAX_RECORD_BYTES + len(TRUNCATION_MARKER.encode())
-            raw = text.encode("utf-8")
-            text = raw[: max(0, len(raw) - excess)].decode("utf-8", errors="ignore")
-            payload = payload.model_copy(update={field: text + TRUNCATION_MARKER})
-            size = len(canonical_json(payload.model_dump()))
-    size = len(canonical_json(payload.model_dump()))
-    if size > MAX_RECORD_BYTES:
-        raise IntakeError(f"record is {size} bytes, more than {MAX_RECORD_BYTES}")
-    return payload
 
 
 class Intake:
@@ -386,7 +231,7 @@ class Intake:
         if len(data) > MAX_RECORD_BYTES:
             raise IntakeError(f"record is {len(data)} bytes, more than {MAX_RECORD_BYTES}")
         digest = hashlib.sha256(data).hexdigest()
-        record_id = _check_id(payload.id)
+        record_id = check_record_id(payload.id)
         with self._lock():
             try:
                 outcome = self._admit_locked(record_id, data, digest)
@@ -438,7 +283,7 @@ class Intake:
         # Raw entries bound the record count from above; filter names only when it could matter.
         if sum(len(names) for names in listings) < MAX_ACTIVE_RECORDS:
             return False
-        return sum(1 for names in listings for n in names if _is_record_name(n)) >= MAX_ACTIVE_RECORDS
+        return sum(1 for names in listings for n in names if is_record_name(n)) >= MAX_ACTIVE_RECORDS
 
     def _read(self, path: Path) -> bytes:
         try:
@@ -448,7 +293,7 @@ class Intake:
 
     # -- reading ------------------------------------------------------------------------------------
     def _locate(self, record_id: str) -> RecordState:
-        _check_id(record_id)
+        check_record_id(record_id)
         # A receipt wins: a payload beside it is a resolve that was killed before its unlinks (``tidy``
         # removes it); it must never be curated again.
         if (self.resolved_dir / f"{record_id}.receipt.json").exists():
@@ -486,7 +331,7 @@ class Intake:
 
     def receipt(self, record_id: str) -> Receipt:
         """The content-free receipt of a resolved record."""
-        return self._load_receipt(_check_id(record_id))
+        return self._load_receipt(check_record_id(record_id))
 
     def _load_receipt(self, record_id: str) -> Receipt:
         try:
@@ -538,7 +383,7 @@ class Intake:
             names = os.listdir(folder)
         except FileNotFoundError:
             return []
-        ids = sorted(n for n in (name.removesuffix(".receipt.json") for name in names) if _is_record_name(n))
+        ids = sorted(n for n in (name.removesuffix(".receipt.json") for name in names) if is_record_name(n))
         if state is RecordState.RESOLVED:
             return ids
         # a payload left beside its receipt by a killed resolve is resolved, not active
@@ -793,13 +638,6 @@ class Intake:
 
     def _write_state(self, folder: Path, record_id: str, proc: ProcessingState) -> None:
         atomic_write(self._state_path(folder, record_id), canonical_json(proc.model_dump(mode="json")))
-
-
-_RECORD_NAME = re.compile(f"[0-9a-f]{{{RUN_ID_HASH_HEX_LEN}}}")
-
-
-def _is_record_name(name: str) -> bool:
-    return _RECORD_NAME.fullmatch(name) is not None
 
 
 def _unlink_quiet(path: Path) -> None:
