@@ -117,8 +117,21 @@ def expand(group: str, first: str, last: str | None) -> list[str]:
 
 
 def scanned_files(root: Path) -> list[Path]:
+    """The repository's files as a clean checkout has them: tracked and untracked-but-not-ignored files
+    in a git checkout (build output, caches and scratch trees never count), every file otherwise."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        candidates = sorted({root / name for name in listed.decode().split("\0") if name})
+    except (OSError, subprocess.CalledProcessError):
+        candidates = sorted(root.rglob("*"))
     out = []
-    for p in sorted(root.rglob("*")):
+    for p in candidates:
         rel = p.relative_to(root)
         if SKIPPED_PARTS & set(rel.parts) or p.suffix not in SCANNED_SUFFIXES or not p.is_file():
             continue

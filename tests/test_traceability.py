@@ -105,3 +105,14 @@ def test_a_stale_table_fails(tmp_path: Path) -> None:
     assert tr.check(root, spec=spec) == [
         "docs/traceability.md is stale: run python scripts/traceability.py --write"
     ]
+
+
+def test_ignored_files_are_not_read_in_a_git_checkout(tmp_path: Path) -> None:
+    """Build output and caches a clean clone does not have never count (git's own ignore rules)."""
+    import subprocess
+
+    root, spec = make_repo(tmp_path, {**GOOD, ".gitignore": "build/\n", "build/lib/copy.py": "# CFG-99\n"})
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    assert tr.check(root, spec=spec, write=True) == []
+    (root / ".gitignore").write_text("")
+    assert any(p.startswith("CFG-99: cited but not defined") for p in tr.check(root, spec=spec, write=True))
