@@ -267,3 +267,30 @@ def test_store04_store05_speaker_kind_is_host_given_defaulting_to_unknown() -> N
     assert payload.speaker_kind == "unknown"
     with pytest.raises(ValueError, match="speaker_kind"):
         turn(speaker_kind="owner")
+
+
+def test_wm17_wm18_a_switched_off_trigger_writes_nothing_and_earlier_work_still_drains(
+    tmp_path: Path,
+) -> None:
+    """WM-17: a cron turn skipped by its switch leaves no record and so no audit summary, while other turns
+    are admitted as before. WM-18: a cron turn admitted while the switch was on stays due and drains."""
+    from tempomem.storage.intake import admit_turn
+
+    intake = Intake(tmp_path / "mem")
+    cron = {"trigger_kind": "cron", "speaker_kind": "trigger"}
+
+    def admit(t: CompletedTurn, cron_switch: bool | None) -> object:
+        return admit_turn(
+            intake, t, tier="bujo", write_mode="capture", capture_cron=cron_switch, capture_webhook=None
+        )
+
+    earlier = admit(turn(run_id="cron-1", **cron), None)  # the switch is on (unset)
+    skipped = admit(turn(run_id="cron-2", **cron), False)  # then turned off
+    owner = admit(turn(run_id="owner-1"), False)
+    assert skipped.status.value == "skipped" and skipped.intake_id is None  # type: ignore[attr-defined]
+    assert owner.status.value == "admitted"  # type: ignore[attr-defined]
+    assert not (tmp_path / "mem" / "audit").exists()
+    assert set(intake.due_pending(now=T0 + timedelta(minutes=1))) == {
+        earlier.intake_id,  # type: ignore[attr-defined]
+        owner.intake_id,  # type: ignore[attr-defined]
+    }

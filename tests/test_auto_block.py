@@ -313,3 +313,12 @@ def test_integration_real_index_block_excludes_current_conversation(tmp_path: Pa
     assert looked.block.text == (
         f"{HEADING}\n\n- – Morgan prefers green tea in the morning. (recorded 2026-05-01; current; you said)"
     )
+
+
+def test_PROV06_a_bare_thread_id_is_not_guessed_to_be_the_web_conversation() -> None:
+    """The web conversation is ``web:<thread-id>`` as the host sends it; a line recorded under the bare
+    thread id is another conversation, never aliased to it."""
+    bare = hit(0.90, "recorded under the bare id", source_session="t1")
+    own = hit(0.89, "recorded in this chat", source_session="web:t1")
+    b = block([bare, own], conversation_id="web:t1")
+    assert b.line_ids == [bare.id]

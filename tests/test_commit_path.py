@@ -660,3 +660,36 @@ async def test_an_update_does_not_end_the_walk_over_the_decisions(tmp_path: Path
     await reconcile(ctx, r2, plan)
     texts = {i: b.text for i, b in lines(ctx.root).items()}  # type: ignore[attr-defined]
     assert texts == {target: "The ferry leaves at ten.", fact_id(r2, 1): "The harbour café opens at eight."}
+
+
+async def test_graph07_graph16_each_fact_links_its_own_entities_and_a_speaker_makes_none(
+    tmp_path: Path, embedder
+) -> None:
+    """GRAPH-07: no Cartesian product: each line names only the entities its own memory named.
+    GRAPH-16 / STORE-10: a host-verified owner turn adds no entity for the speaker by itself."""
+    ctx = context(tmp_path / "mem", embedder)
+    record = admit(ctx, "r1", 0, speaker_kind="human-turn")
+    plan = RetainedPlan(
+        memories=(
+            mem(0, "Ana moved to Lisbon.", ANA, LISBON),
+            mem(1, "Ana likes tea.", ANA),
+            mem(2, "The weather was rainy."),
+        ),
+        entities=(
+            PlanEntity(id=ANA, name="Ana", type="person"),
+            PlanEntity(id=LISBON, name="Lisbon", type="place"),
+        ),
+        relations=(),
+        reviewed=True,
+        decisions=(decide(0), decide(1), decide(2)),
+    )
+    await reconcile(ctx, record, plan)
+    by_text = {b.text: b.entities for b in lines(ctx.root).values()}  # type: ignore[attr-defined]
+    assert by_text == {
+        "Ana moved to Lisbon.": (ANA, LISBON),
+        "Ana likes tea.": (ANA,),
+        "The weather was rainy.": (),
+    }
+    g = load_graph(ctx.root)
+    assert set(g.entities) == {ANA, LISBON}  # nobody for the speaker
+    assert g.entities[LISBON].memories == (fact_id(record, 0),)

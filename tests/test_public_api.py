@@ -418,3 +418,23 @@ async def test_REC51_recall_with_outcome_on_lite_and_on_a_degraded_store(tmp_pat
     assert degraded.degraded and degraded.hits == [] and "degraded" in degraded.text
     store.close()
     broken.close()
+
+
+async def test_REC01_recall_is_read_only(tmp_path: Path) -> None:
+    """Recall reads the index and writes no memory: canonical files and the intake are byte-identical."""
+    store = MemoryStore(load_config_data({"memory": {"mode": "lite", "path": str(tmp_path / "m")}}))
+    store.remember("The spare key is under the blue flowerpot.", conversation_id="web:t")
+
+    def memory_files() -> dict[str, bytes]:
+        root = tmp_path / "m"
+        return {
+            str(p.relative_to(root)): p.read_bytes()
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and p.relative_to(root).parts[0] != "index"
+        }
+
+    before = memory_files()
+    assert (await store.recall_with_outcome("where is the spare key")).hits
+    store.search("spare key")
+    assert memory_files() == before
+    store.close()

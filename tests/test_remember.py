@@ -104,9 +104,13 @@ def test_remember_is_recallable_immediately(root: Path, minilm: LocalMiniLMEmbed
 
 def test_lite_tier_indexes_lexically(root: Path) -> None:
     result = remember(
-        root, tier="lite", text="The boiler code is in the blue binder", conversation_id="c", now=NOW,
+        root,
+        tier="lite",
+        text="The boiler code is in the blue binder",
+        conversation_id="c",
+        now=NOW,
         index=MemoryIndex(root, None),
-    )  # fmt: skip
+    )
     assert result.status == "written"
     assert MemoryIndex(root, None).search("blue binder")[0].id == result.id
 
@@ -361,17 +365,41 @@ def seed_lines(root: Path, minilm: LocalMiniLMEmbedder) -> dict[str, str]:
     replay_projection.apply_delta(
         root,
         [
-            {"id": "sup-seed", "kind": "supersede", "from": "c-taken", "to": "c-note", "at": REC,
-             "authority": auth},
-            {"id": "ter-seed", "kind": "terminal", "from": "c-forgotten", "to": "forgotten", "at": REC,
-             "authority": auth},
-            {"id": "lif-seed", "kind": "lifecycle", "from": "c-ended", "to": "superseded", "at": REC,
-             "authority": auth},
+            {
+                "id": "sup-seed",
+                "kind": "supersede",
+                "from": "c-taken",
+                "to": "c-note",
+                "at": REC,
+                "authority": auth,
+            },
+            {
+                "id": "ter-seed",
+                "kind": "terminal",
+                "from": "c-forgotten",
+                "to": "forgotten",
+                "at": REC,
+                "authority": auth,
+            },
+            {
+                "id": "lif-seed",
+                "kind": "lifecycle",
+                "from": "c-ended",
+                "to": "superseded",
+                "at": REC,
+                "authority": auth,
+            },
             # A lifecycle entry that keeps a line current does not end it.
-            {"id": "lif-current", "kind": "lifecycle", "from": "c-event", "to": "current", "at": REC,
-             "authority": auth},
+            {
+                "id": "lif-current",
+                "kind": "lifecycle",
+                "from": "c-event",
+                "to": "current",
+                "at": REC,
+                "authority": auth,
+            },
         ],
-    )  # fmt: skip
+    )
     return {"r-text-only": text_only, "r-enhanced": enhanced}
 
 
@@ -537,3 +565,34 @@ def test_a_rejection_message_is_the_reason_and_its_detail() -> None:
     assert str(RememberRejected("unsafe_text")) == "unsafe_text"
     assert str(RememberRejected("unsafe_text", "control_character")) == "unsafe_text: control_character"
     assert RememberRejected("unsafe_text", "x").reason == "unsafe_text"
+
+
+def test_CAP72_focus_and_only_never_touch_remember_or_the_host_audit(tmp_path: Path) -> None:
+    """With ``capture.only: []`` (no automatic capture at all) and a focus, an explicit Remember still
+    writes, and an admitted turn's compact host summary still reaches audit/."""
+    from datetime import UTC, datetime
+
+    from tempomem.storage.intake import admit_turn
+    from tempomem.storage.projection import project
+    from tempomem.storage.turn import CompletedTurn
+    from tests.conftest import make_store
+
+    llm = {"provider": "ollama", "model": "m"}
+    store = make_store(tmp_path / "mem", None, mode="bujo", llm=llm, capture={"only": [], "focus": "travel"})
+    written = store.remember("The owner's passport number ends in 42.", conversation_id="web:c1")
+    assert written.status == "written"
+    turn = CompletedTurn(
+        run_id="r1",
+        conversation_id="web:c1",
+        speaker_kind="human-turn",
+        user_text="I like tea.",
+        final_answer="Noted: tea.",
+        admitted_at=datetime(2026, 12, 1, 9, tzinfo=UTC),
+    )
+    result = admit_turn(
+        store.intake, turn, tier="bujo", write_mode="capture", capture_cron=None, capture_webhook=None
+    )
+    assert result.intake_id is not None
+    projected = project(store.root, store.intake.load_payload(result.intake_id))
+    assert projected.folder == "audit" and projected.bullet.text == "Assistant: Noted: tea."
+    store.close()
