@@ -271,6 +271,7 @@ class AutoLookup:
     cards: PersonCards = NO_CARDS  # GUIDE-08..18; empty unless the person-card switch is on
     background: Background = NO_BACKGROUND  # GUIDE-06/07; empty unless the background switch is on
     profile: OwnerProfile = NO_PROFILE  # PROFILE-01..11; empty unless memory.profile.enabled
+    query: str = ""  # the text this lookup searched ("" when no search ran or it failed): POL-03
 
     @property
     def context_text(self) -> str:
@@ -371,7 +372,16 @@ def automatic_lookup(
         intent_expiry=intent_expiry,
         shown_elsewhere=labelled.line_ids,
     )
-    return AutoLookup(hits, block, cards, labelled, shown_profile)
+    return AutoLookup(hits, block, cards, labelled, shown_profile, owner_text)
+
+
+def same_query(a: str, b: str) -> bool:
+    """POL-03: queries that differ only in Unicode form, case or spacing are one lookup."""
+
+    def norm(text: str) -> str:
+        return " ".join(unicodedata.normalize("NFC", text).casefold().split())
+
+    return bool(a.strip()) and norm(a) == norm(b)
 
 
 def load_block(

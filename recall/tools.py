@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from tempomem.recall.auto_block import AutoLookup, same_query
 from tempomem.recall.fact_sheet import NO_SHEET, fact_sheet, sheet_conflict_note
 from tempomem.recall.graph_read import GraphReader, expand_hits
 from tempomem.recall.guidance import guidance_lines, guidance_section
@@ -118,6 +119,7 @@ def memory_recall(
     guidance: bool = True,
     graph: GraphReader | None = None,
     recency: bool = False,
+    turn_lookup: AutoLookup | None = None,
 ) -> RecallResult:
     """Deliberate recall over the fifty-hit superset, shaped per REC-13..REC-47.
 
@@ -127,7 +129,9 @@ def memory_recall(
     it. With it off, or with no eligible labelled lines, the output is byte-identical to plain shaping.
     ``graph`` switches on one-hop graph expansion (GRAPH-09, GRAPH-10, REC-37; also in original-query
     mode, REC-11) for BuJo hosts; ``None`` (the default, and always for Lite/Journal, GRAPH-11) leaves the
-    output byte-identical. ``recency`` (BuJo ``recall.recency``) reorders the qualifying delivered hits
+    output byte-identical. ``turn_lookup`` is the turn's automatic lookup: a tool query equal to it
+    after normalization reuses its fifty-hit superset instead of searching again (POL-03).
+    ``recency`` (BuJo ``recall.recency``) reorders the qualifying delivered hits
     by recency, scores and membership unchanged (INTENT-31..36). Expansion never runs on
     lexical/degraded results (REC-42) and never adds a backend call; evidence notes still come from the
     direct superset (REC-39, REC-40).
@@ -141,6 +145,8 @@ def memory_recall(
 
     if use_original_query:
         hits: Sequence[Hit] = original_hits or []
+    elif turn_lookup is not None and query is not None and same_query(turn_lookup.query, query):
+        hits = turn_lookup.hits  # POL-03: one per-turn lookup for the same question
     else:
         assert query is not None
         try:

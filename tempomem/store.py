@@ -318,8 +318,10 @@ class MemoryStore:
         limit: int = 8,
         use_original_query: bool = False,
         original_hits: Sequence[Hit] | None = None,
+        turn_lookup: AutoLookup | None = None,
     ) -> RecallResult:
         """MemoryRecall (REC-01..REC-47): the shaped hits, evidence notes and the text the model sees.
+        ``turn_lookup``: this turn's ``automatic_context`` result; the same question reuses it (POL-03).
 
         Invalid arguments raise ``RecallInputError`` (a ``ValueError`` with a ``code``); a failing backend
         gives ``degraded=True`` and no hits (REC-19), never a raw error.
@@ -341,6 +343,7 @@ class MemoryStore:
             intent_expiry=self._intent_expiry(),
             graph=GraphReader(self.root) if bujo else None,  # GRAPH-09/11: only BuJo keeps a graph
             recency=bool(bujo and self.config.memory.recall and self.config.memory.recall.recency),
+            turn_lookup=turn_lookup,
         )
 
     async def recall(
@@ -352,6 +355,7 @@ class MemoryStore:
         limit: int = 8,
         use_original_query: bool = False,
         original_hits: Sequence[Hit] | None = None,
+        turn_lookup: AutoLookup | None = None,
     ) -> RecallResult:
         """``recall_sync`` in a worker thread."""
         return await asyncio.to_thread(
@@ -362,6 +366,7 @@ class MemoryStore:
             limit=limit,
             use_original_query=use_original_query,
             original_hits=original_hits,
+            turn_lookup=turn_lookup,
         )
 
     async def recall_with_outcome(self, query: str, *, limit: int = 8) -> RecallResult:

@@ -322,3 +322,26 @@ def test_PROV06_a_bare_thread_id_is_not_guessed_to_be_the_web_conversation() -> 
     own = hit(0.89, "recorded in this chat", source_session="web:t1")
     b = block([bare, own], conversation_id="web:t1")
     assert b.line_ids == [bare.id]
+
+
+def test_POL03_the_same_tool_query_reuses_the_turns_automatic_lookup() -> None:
+    class Counting:
+        def __init__(self, hits: list[Hit]) -> None:
+            self.hits, self.calls = hits, 0
+
+        def search(self, query: str, *, limit: int = 8) -> list[Hit]:
+            self.calls += 1
+            return list(self.hits)
+
+    backend = Counting([hit(0.9, "the ferry leaves at nine")])
+    gate = TurnGate(verified_owner=True, surface="web")
+    lookup = automatic_lookup(backend, "When does the ferry leave?", now=NOW, tz=UTC, gate=gate)
+    assert backend.calls == 1 and lookup.query == "When does the ferry leave?"
+    same = memory_recall(backend, query="  when does the FERRY leave? ", now=NOW, tz=UTC, turn_lookup=lookup)
+    assert backend.calls == 1 and [h.id for h in same.hits] == [h.id for h in lookup.hits]
+    memory_recall(backend, query="ferry price", now=NOW, tz=UTC, turn_lookup=lookup)
+    assert backend.calls == 2  # a different tool query searches again
+    failed = automatic_lookup(object(), "When does the ferry leave?", now=NOW, tz=UTC, gate=gate)  # type: ignore[arg-type]
+    assert failed.query == ""  # a failed lookup is never reused
+    memory_recall(backend, query="When does the ferry leave?", now=NOW, tz=UTC, turn_lookup=failed)
+    assert backend.calls == 3
