@@ -263,6 +263,18 @@ class BackgroundScopes:
 
 
 @dataclass(frozen=True)
+class Diagnostic:
+    """A named, content-free diagnostic for the host to emit (HOST-06): a name, where it came from, and
+    a byte count; never text, ids or provenance."""
+
+    name: Literal[
+        "memory_recalled", "memory_recall_unavailable", "memory_recall_lexical_only", "turn_context"
+    ]
+    source: str
+    byte_size: int = 0
+
+
+@dataclass(frozen=True)
 class AutoLookup:
     """The turn's bounded direct lookup (reused uncut by ``useOriginalQuery``, REC-10) and its block."""
 
@@ -279,6 +291,29 @@ class AutoLookup:
         block (within AUTO_CONTEXT_MAX_BYTES)."""
         parts = (self.profile.text, self.cards.text, self.background.text, self.block.text)
         return "\n\n".join(t for t in parts if t)
+
+    def diagnostics(self) -> list[Diagnostic]:
+        """What the host reports for this turn, by name (HOST-06): ``memory_recalled`` with the injected
+        context's size (AUTO-02), ``memory_recall_unavailable`` when the backend failed (the profile, if
+        any, is still injected: PROFILE-11), ``memory_recall_lexical_only`` when recall fell back to
+        full-text only (AUTO-19), and one byte-count-only ``turn_context`` entry per opt-in block
+        (profile, person cards, labelled background: PROFILE-23, AUTO-32)."""
+        out: list[Diagnostic] = []
+        if self.block.suppressed == "backend_unavailable":
+            out.append(Diagnostic("memory_recall_unavailable", "automatic"))
+        elif self.block.suppressed == "lexical":
+            out.append(Diagnostic("memory_recall_lexical_only", "automatic"))
+        text = self.context_text
+        if text:
+            out.append(Diagnostic("memory_recalled", "automatic", len(text.encode("utf-8"))))
+        for source, part in (
+            ("profile", self.profile.text),
+            ("person_card", self.cards.text),
+            ("labelled_background", self.background.text),
+        ):
+            if part:
+                out.append(Diagnostic("turn_context", source, len(part.encode("utf-8"))))
+        return out
 
 
 _SEPARATOR_BYTES = len(b"\n\n")

@@ -71,8 +71,9 @@ def test_constants() -> None:
 
 
 def test_AUTO03_AUTO04_AUTO11_reference_rendering_exactly() -> None:
-    old = hit(0.70, "Morgan joined the Maple book club.", status="invalidated",
-              recorded="2026-03-01T09:00:00.000Z")  # fmt: skip
+    old = hit(
+        0.70, "Morgan joined the Maple book club.", status="invalidated", recorded="2026-03-01T09:00:00.000Z"
+    )
     new = hit(0.68, "Morgan prefers green tea.", attr="owner", recorded="2026-05-01T09:00:00.000Z")
     b = block([old, new])
     assert b.text == (
@@ -127,8 +128,12 @@ def test_AUTO10_AUTO12_ended_by_date_only_valid_to_before_local_day_and_event_du
 
 
 def test_AUTO09_tasks_never_show_a_live_marker() -> None:
-    b = block([hit(0.8, "Book flights", type="task", status="open"),
-               hit(0.8, "Renew passport", type="task", status="done", valid_to="2026-06-01")])  # fmt: skip
+    b = block(
+        [
+            hit(0.8, "Book flights", type="task", status="open"),
+            hit(0.8, "Renew passport", type="task", status="done", valid_to="2026-06-01"),
+        ]
+    )
     text = b.text
     assert "[ ]" not in text
     assert "- – Book flights (recorded 2026-05-01; task/plan recorded)" in text
@@ -136,8 +141,12 @@ def test_AUTO09_tasks_never_show_a_live_marker() -> None:
 
 
 def _labels(*attributions: str) -> str:
-    return json.dumps([{"kind": "fact", "scope": "agent", "key": f"k{i}", "value": "v", "attribution": a}
-                       for i, a in enumerate(attributions)])  # fmt: skip
+    return json.dumps(
+        [
+            {"kind": "fact", "scope": "agent", "key": f"k{i}", "value": "v", "attribution": a}
+            for i, a in enumerate(attributions)
+        ]
+    )
 
 
 @pytest.mark.parametrize(
@@ -264,8 +273,12 @@ def test_AUTO25_only_structured_conflicting_current_facts_add_a_note() -> None:
         item = {"kind": "fact", "scope": "agent", "subject": "person:morgan", "key": "other:employer"}
         return json.dumps([{**item, "value": v}])
 
-    b = block([hit(0.8, "Morgan works at Acme.", labels=fact("Acme")),
-               hit(0.8, "Morgan works at Globex.", labels=fact("Globex"))])  # fmt: skip
+    b = block(
+        [
+            hit(0.8, "Morgan works at Acme.", labels=fact("Acme")),
+            hit(0.8, "Morgan works at Globex.", labels=fact("Globex")),
+        ]
+    )
     assert b.text.splitlines()[-1] == "Conflicting values: different current values for employer; weigh them."
     plain = block([hit(0.8, "Morgan works at Acme."), hit(0.8, "Morgan works at Globex.")])
     assert "Conflicting" not in plain.text
@@ -296,18 +309,40 @@ def test_integration_real_index_block_excludes_current_conversation(tmp_path: Pa
     from tempomem.storage.markdown import Bullet, append_bullets
 
     def b(i: int, text: str, session: str | None, recorded: str) -> Bullet:
-        return Bullet(signifier="–", text=text, id=f"i{i}", type="note", status="open", recorded=recorded,
-                      source_session=session, attr="owner")  # fmt: skip
+        return Bullet(
+            signifier="–",
+            text=text,
+            id=f"i{i}",
+            type="note",
+            status="open",
+            recorded=recorded,
+            source_session=session,
+            attr="owner",
+        )
 
-    append_bullets(tmp_path / "daily" / "2026-05-01.md", "2026-05-01", [
-        b(1, "Morgan prefers green tea in the morning.", "web:other", "2026-05-01T08:00:00.000Z"),
-        b(2, "Morgan prefers green tea in the morning now.", "web:this#2026-07-10",
-          "2026-05-01T09:00:00.000Z"),
-        b(3, "The quarterly tax filing is due in April.", "web:other", "2026-05-01T10:00:00.000Z"),
-    ])  # fmt: skip
+    append_bullets(
+        tmp_path / "daily" / "2026-05-01.md",
+        "2026-05-01",
+        [
+            b(1, "Morgan prefers green tea in the morning.", "web:other", "2026-05-01T08:00:00.000Z"),
+            b(
+                2,
+                "Morgan prefers green tea in the morning now.",
+                "web:this#2026-07-10",
+                "2026-05-01T09:00:00.000Z",
+            ),
+            b(3, "The quarterly tax filing is due in April.", "web:other", "2026-05-01T10:00:00.000Z"),
+        ],
+    )
     index = MemoryIndex(tmp_path, LocalMiniLMEmbedder())
-    looked = automatic_lookup(index, "Morgan prefers green tea in the morning", now=NOW, tz=UTC, gate=OWNER,
-                              conversation_id="web:this#2026-07-11")  # fmt: skip
+    looked = automatic_lookup(
+        index,
+        "Morgan prefers green tea in the morning",
+        now=NOW,
+        tz=UTC,
+        gate=OWNER,
+        conversation_id="web:this#2026-07-11",
+    )
     assert {h.id for h in looked.hits} >= {"i1", "i2"}  # the lookup itself is unfiltered
     assert looked.block.line_ids == ["i1"]
     assert looked.block.text == (
@@ -345,3 +380,45 @@ def test_POL03_the_same_tool_query_reuses_the_turns_automatic_lookup() -> None:
     assert failed.query == ""  # a failed lookup is never reused
     memory_recall(backend, query="When does the ferry leave?", now=NOW, tz=UTC, turn_lookup=failed)
     assert backend.calls == 3
+
+
+def test_HOST06_AUTO02_named_content_free_diagnostics() -> None:
+    from tempomem.recall.auto_block import Diagnostic
+    from tempomem.recall.owner_profile import PROFILE_HEADING, OwnerProfile
+
+    gate = TurnGate(verified_owner=True, surface="web")
+    found = automatic_lookup(
+        Backend([hit(0.9, "the ferry leaves at nine")]),
+        "when does the ferry leave",
+        now=NOW,
+        tz=UTC,
+        gate=gate,
+    )
+    assert found.block.text
+    assert found.diagnostics() == [
+        Diagnostic("memory_recalled", "automatic", len(found.context_text.encode()))
+    ]
+    profile = OwnerProfile(f"{PROFILE_HEADING}\n- I live in Lisbon.", ("- I live in Lisbon.",))
+    broken = automatic_lookup(
+        object(),
+        "when does the ferry leave",
+        now=NOW,
+        tz=UTC,
+        gate=gate,  # type: ignore[arg-type]
+        profile=profile,
+    )
+    assert broken.diagnostics() == [
+        Diagnostic("memory_recall_unavailable", "automatic"),
+        Diagnostic("memory_recalled", "automatic", len(profile.text.encode())),
+        Diagnostic("turn_context", "profile", len(profile.text.encode())),
+    ]
+    lexical = automatic_lookup(
+        Backend([hit(0.9, "the ferry", mode="lexical")]),
+        "when does the ferry leave",
+        now=NOW,
+        tz=UTC,
+        gate=gate,
+    )
+    assert lexical.diagnostics() == [Diagnostic("memory_recall_lexical_only", "automatic")]
+    for d in [*found.diagnostics(), *broken.diagnostics()]:
+        assert "ferry" not in repr(d) and "Lisbon" not in repr(d)
