@@ -90,8 +90,54 @@ def test_RPL17_CLI08_the_cli_rebuild_clears_the_adoption_marker(tmp_path: Path) 
     retained(root)
     mark_rebuild_required(root)
     config = tmp_path / "bujo.json"
-    memory = {"mode": "bujo", "path": str(root), "embeddings": {"provider": "local"},
-              "llm": {"provider": "ollama", "model": "m"}}  # fmt: skip
+    memory = {
+        "mode": "bujo",
+        "path": str(root),
+        "embeddings": {"provider": "local"},
+        "llm": {"provider": "ollama", "model": "m"},
+    }
     config.write_text(json.dumps({"memory": memory}))
     assert main(["--config", str(config), "rebuild"]) == 0
     assert not (root / REBUILD_REQUIRED_FILE).exists()
+
+
+def test_TIER12_RPL09_lite_and_journal_never_read_the_replay_sidecar(tmp_path: Path) -> None:
+    """The same Markdown and the same sidecar: BuJo recall marks the replaced line superseded; Lite and
+    Journal recall ignore the sidecar, whose lifecycle and edges are BuJo's alone."""
+    import shutil
+
+    from tempomem.storage import replay_projection
+    from tempomem.storage.markdown import Bullet, append_bullets
+    from tests.test_health_audit import edge
+
+    def line(mid: str, text: str) -> Bullet:
+        return Bullet(
+            signifier="–",
+            text=text,
+            id=mid,
+            type="fact",
+            status="open",
+            recorded="2026-12-01T09:00:00.000Z",
+            source_session="web:c1",
+        )
+
+    seed = tmp_path / "seed"
+    append_bullets(
+        seed / "daily" / "2026-12-01.md",
+        "2026-12-01",
+        [line("c-old", "Ana lives in Porto."), line("c-new", "Ana lives in Lisbon now.")],
+    )
+    replay_projection.apply_delta(seed, [edge("supersede", "c-old", "c-new")])
+    states = {}
+    for tier in ("lite", "journal", "bujo"):
+        root = tmp_path / tier
+        shutil.copytree(seed, root)
+        extra = {"llm": {"provider": "ollama", "model": "m"}} if tier == "bujo" else {}
+        store = make_store(root, None, mode=tier, **extra)
+        store.rebuild()
+        hits = store.recall_sync("Where does Ana live? Porto", limit=5).hits
+        states[tier] = {h.id: h.currentness for h in hits}
+        store.close()
+    assert all("c-old" in found for found in states.values()), states
+    assert states["bujo"]["c-old"] == "superseded"
+    assert states["lite"].get("c-old") != "superseded" and states["journal"].get("c-old") != "superseded"
