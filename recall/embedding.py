@@ -17,6 +17,7 @@ import httpx
 import numpy as np
 
 from tempomem.recall.embedding_types import EmbeddingError, EmbeddingIdentity, EmbeddingProvider, l2_normalise
+from tempomem.storage.limits import JOURNAL_EMBED_BATCH
 from tempomem.storage.tls import client_context
 
 __all__ = [
@@ -34,7 +35,7 @@ LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
 LOCAL_DIM = 384
 LOCAL_MAX_TOKENS = 256  # all-MiniLM-L6-v2 was trained on 256-token windows
 LOCAL_BATCH = 64
-HTTP_BATCH = 64
+HTTP_BATCH = JOURNAL_EMBED_BATCH  # TIER-04, LIM-13: at most 32 texts per request to an HTTP provider
 HTTP_TIMEOUT_SECONDS = 30.0
 TOKENIZER_PATH = Path(__file__).parent / "assets" / "minilm" / "tokenizer.json"
 

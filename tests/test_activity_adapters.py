@@ -1,5 +1,6 @@
 """The thin activity adapters over the intake and the projection, and replay adoption, run in the SDK's
-``ActivityEnvironment`` without a server (INTAKE-13, INTAKE-15, TIER-01..TIER-10, RPL-11..RPL-15): what
+``ActivityEnvironment`` without a server (INTAKE-13, INTAKE-15, TIER-01, TIER-02, TIER-07, TIER-10,
+RPL-11..RPL-15): what
 each returns to its workflow and leaves on disk, including the refusals (a wrong store, an unknown or
 corrupt record). The workflows around them run against the dev server in tests/test_capture_flow.py.
 """
@@ -148,6 +149,7 @@ async def test_projection_of_a_missing_record_is_a_storage_failure_without_text(
 
 
 async def test_bujo_projection_goes_to_the_audit_log_and_is_not_indexed(tmp_path: Path) -> None:
+    """TIER-09: with no model at all, the raw observation reaches audit/ only, never recall."""
     ctx = context(tmp_path / "mem", tier="bujo")
     record = admit(ctx, "r1")
     result = await run(ProjectionActivities(ctx).project, RecordRef(record, ctx.store_id))

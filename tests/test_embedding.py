@@ -153,6 +153,13 @@ def test_lmstudio_and_openai_embedders(embed_server: _EmbedServer, monkeypatch: 
     assert body["dimensions"] == 8 and auth == "Bearer test-key-123"
 
 
+def test_TIER04_an_http_provider_gets_at_most_32_texts_a_request(embed_server: _EmbedServer) -> None:
+    e = make_embedder("ollama", "m", 8, embed_server.url)
+    texts = [f"t{i}" for i in range(70)]
+    np.testing.assert_allclose(e.embed(texts), _expected(texts, 8), atol=1e-6)
+    assert [len(b["input"]) for _, b, _ in embed_server.requests] == [32, 32, 6]
+
+
 def test_http_embedder_batches(embed_server: _EmbedServer) -> None:
     e = HttpEmbedder("ollama", "m", 8, embed_server.url, batch_size=4)
     texts = [f"t{i}" for i in range(10)]
