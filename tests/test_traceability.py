@@ -116,3 +116,11 @@ def test_ignored_files_are_not_read_in_a_git_checkout(tmp_path: Path) -> None:
     assert tr.check(root, spec=spec, write=True) == []
     (root / ".gitignore").write_text("")
     assert any(p.startswith("CFG-99: cited but not defined") for p in tr.check(root, spec=spec, write=True))
+
+
+def test_an_id_only_inside_a_test_range_is_marked_as_such(tmp_path: Path) -> None:
+    root, spec = make_repo(tmp_path, {**GOOD, "tests/test_b.py": '"""CFG-01..CFG-03"""\n'})
+    assert tr.check(root, spec=spec, write=True) == []
+    table = (root / "docs" / "traceability.md").read_text()
+    assert "| CFG-02 | LLM | `storage/a.py` | `tests/test_b.py` | tested (range) |" in table
+    assert "| CFG-03 |  | `storage/a.py` | `tests/test_b.py` | tested |" in table  # a range's end is named
