@@ -211,8 +211,12 @@ def test_RPL17_adoption_blocks_a_worker_start_until_a_rebuild(tmp_path: Path) ->
     assert adopt_replay(ctx.root).status == "adopted"
     marker = ctx.root / REBUILD_REQUIRED_FILE
     assert marker.read_bytes() == b"adopt-replay\n" and marker.stat().st_mode & 0o777 == 0o600
-    with pytest.raises(RebuildRequiredError, match="run tempomem rebuild before starting the worker"):
+    with pytest.raises(RebuildRequiredError) as err:
         refuse_start_before_rebuild(ctx.root)
+    assert str(err.value) == (
+        f"adopt-replay ran on {ctx.root} and no rebuild has completed since: "
+        "run tempomem rebuild before starting the worker (RPL-17)"
+    )
     clear_rebuild_required(ctx.root)
     refuse_start_before_rebuild(ctx.root)
     assert not marker.exists()
