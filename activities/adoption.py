@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from tempomem.activities.curation import plan_edges
 from tempomem.activities.plan import RetainedPlan
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.fence import mark_rebuild_required
 from tempomem.storage.intake import Intake, RecordState
 
@@ -28,8 +28,8 @@ class AdoptionReport(BaseModel):
 
 def adopt_replay(root: Path) -> AdoptionReport:
     """Call with the liveness fence held. Content-free report: counts only."""
-    if replay_projection.sidecar_path(root).exists():
-        replay_projection.load(root)  # a present sidecar must be valid; SidecarError otherwise
+    if replay_sidecar.sidecar_path(root).exists():
+        replay_sidecar.load(root)  # a present sidecar must be valid; SidecarError otherwise
         return AdoptionReport(status="sidecar_present", intents=0, entries=0)
     intake = Intake(root)
     delta: list[dict] = []
@@ -46,5 +46,5 @@ def adopt_replay(root: Path) -> AdoptionReport:
     if not delta:
         return AdoptionReport(status="nothing_to_adopt", intents=intents, entries=0)
     mark_rebuild_required(root)  # RPL-17: first, so no kill leaves an adopted store a worker may start
-    written = replay_projection.apply_delta(root, delta)
+    written = replay_sidecar.apply_delta(root, delta)
     return AdoptionReport(status="adopted", intents=intents, entries=written)

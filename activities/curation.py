@@ -41,7 +41,7 @@ from tempomem.activities.plan import (
     passes_only,
     review_lines,
 )
-from tempomem.storage import graph, replay_projection
+from tempomem.storage import graph, replay_sidecar
 from tempomem.storage.fsio import atomic_write, exclusive_lock
 from tempomem.storage.intake import FailureCategory, IntakeError, IntakePayload, parse_instant
 from tempomem.storage.limits import SAME_ENTITY_LINES, SEMANTIC_EVIDENCE_COSINE
@@ -338,7 +338,7 @@ class CurationActivities:
                 graph.apply(root, entities, relations)
             commit_step("graph")
             if sidecar:
-                replay_projection.apply_delta(root, sidecar)
+                replay_sidecar.apply_delta(root, sidecar)
             commit_step("sidecar")
             index = MemoryIndex(root, self.ctx.embedder)
             if touched:
@@ -426,14 +426,14 @@ def _edge(
     kind: str, from_: str, to: str, payload: IntakePayload, intake_id: str, weight: int | None = None
 ) -> dict:
     entry = {
-        "id": replay_projection.entry_id(kind, from_, to),
+        "id": replay_sidecar.entry_id(kind, from_, to),
         "kind": kind,
         "from": from_,
         "to": to,
         "at": payload.admitted_at,
         "authority": {
             "kind": "capture",
-            "digest": replay_projection.authority_digest("capture", intake_id, from_, to),
+            "digest": replay_sidecar.authority_digest("capture", intake_id, from_, to),
         },
     }
     if weight is not None:
@@ -443,7 +443,7 @@ def _edge(
 
 def current_lines(root: Path) -> list[Existing]:
     """Live, current daily lines: not dropped/invalidated, not superseded in the sidecar (AMB-28)."""
-    superseded = replay_projection.superseded(root)
+    superseded = replay_sidecar.superseded(root)
     out = []
     for _, b in iter_bullets(root, "daily"):
         if b.status in ("dropped", "invalidated") or b.id in superseded:
@@ -514,6 +514,6 @@ def _verify(root: Path, new_ids: list[str], sidecar: list[dict]) -> None:
     present = {b.id for _, b in iter_bullets(root, "daily")}
     if not set(new_ids) <= present:
         raise CaptureFailure(FailureCategory.STORAGE_ERROR)
-    entries = replay_projection.load(root).by_id()
+    entries = replay_sidecar.load(root).by_id()
     if any(entries.get(e["id"]) is None for e in sidecar):
         raise CaptureFailure(FailureCategory.STORAGE_ERROR)

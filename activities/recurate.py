@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from tempomem.activities.context import StoreContext, utc_now
 from tempomem.activities.heartbeat import run_blocking
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.fsio import atomic_write, ensure_private_dir, exclusive_lock
 from tempomem.storage.intake import (
     IntakeError,
@@ -43,7 +43,7 @@ from tempomem.workflows.recurate import (
 RECURATE_DIR = ".recurate"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # What a scratch copy needs to curate exactly like the store: canonical files plus the derived index.
-_SCRATCH_ITEMS = ("daily", "graph.jsonl", replay_projection.SIDECAR_NAME, "index")
+_SCRATCH_ITEMS = ("daily", "graph.jsonl", replay_sidecar.SIDECAR_NAME, "index")
 
 
 def recurate_payload(original: IntakePayload, *, run_id: str, model: str | None) -> IntakePayload:
@@ -240,8 +240,8 @@ def _diff(
             elif line.startswith("-") and not line.startswith("---"):
                 removed += 1
             chunks.append(line)
-    before_sup = replay_projection.superseded(root)
-    after_sup = replay_projection.superseded(scratch)
+    before_sup = replay_sidecar.superseded(root)
+    after_sup = replay_sidecar.superseded(scratch)
     new_sup = sorted((old, e.new_id) for old, e in after_sup.items() if old not in before_sup)
     header = [
         f"# tempomem recurate {inp.run_id} (dry run): {turns} archived turn(s) admitted "

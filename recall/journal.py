@@ -29,7 +29,7 @@ from tempomem.recall.shaping import cut_utf8
 from tempomem.storage.credentials import unsafe_characters
 from tempomem.storage.limits import KIB, MIB
 from tempomem.storage.markdown import Bullet, read_document
-from tempomem.storage.replay_projection import ended_ids
+from tempomem.storage.replay_sidecar import ended_ids
 
 # LIM-49..LIM-54 (kept here, beside their only user).
 JOURNAL_MAX_DAYS = 31  # LIM-49: inclusive civil dates

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.intake import Intake, IntakeError, RecordState
 from tempomem.storage.intake_tidy import (
     check_record,
@@ -95,8 +95,8 @@ def audit(
 def _sidecar_mismatches(root: Path, problems: list[str]) -> list[str]:
     """RPL-10: every replay-owned edge must name lines that exist in canonical daily Markdown."""
     try:
-        projection = replay_projection.load(root)
-    except replay_projection.SidecarError as exc:
+        projection = replay_sidecar.load(root)
+    except replay_sidecar.SidecarError as exc:
         problems.append(f"sidecar: {exc.reason}")
         return []
     if not projection.entries:

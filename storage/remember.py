@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.credentials import contains_credential, unsafe_reason
 from tempomem.storage.fsio import ensure_private_dir, exclusive_lock
 from tempomem.storage.graph import entities_by_id
 from tempomem.storage.markdown import Bullet, append_bullets, iter_bullets
-from tempomem.storage.replay_projection import ID_PATTERN, Authority, Entry, entry_id
+from tempomem.storage.replay_sidecar import ID_PATTERN, Authority, Entry, entry_id
 from tempomem.storage.store_ref import STORE_LOCK
 
 if TYPE_CHECKING:
@@ -189,10 +189,10 @@ def remember(
 
         if supersedes is not None:
             # The edge's time and digest come from the canonical line, so a retry is byte-identical.
-            digest = replay_projection.authority_digest(
+            digest = replay_sidecar.authority_digest(
                 "remember", supersedes, existing.id, existing.recorded
             )
-            replay_projection.apply_delta(
+            replay_sidecar.apply_delta(
                 root,
                 [
                     Entry(
@@ -237,12 +237,12 @@ def _check_target(root: Path, target_id: str, new_id: str) -> None:
         raise RememberRejected("unknown_target")
     if (why := supersede_refusal(target)) is not None:
         raise RememberRejected(why)
-    replaced = replay_projection.superseded(root).get(target_id)
+    replaced = replay_sidecar.superseded(root).get(target_id)
     if replaced is not None:
         if replaced.new_id == new_id:
             return  # a retry of this very write: converge
         raise RememberRejected("not_current")
-    projection = replay_projection.load(root)
+    projection = replay_sidecar.load(root)
     ended = {e.from_ for e in projection.entries if e.kind == "terminal"} | {
         e.from_ for e in projection.entries if e.kind == "lifecycle" and e.to == "superseded"
     }

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from tempomem.activities.context import CaptureSettings, StoreContext
 from tempomem.config import TempomemConfig, secret
 from tempomem.storage.intake import Intake, RecordState, admit_turn
+from tempomem.storage.intake_snapshot import Sink, SnapshotPublisher
 from tempomem.storage.limits import AUTO_CONTEXT_MAX_BYTES
-from tempomem.storage.snapshot import Sink, SnapshotPublisher
 from tempomem.storage.store_ref import is_path_named, store_id, task_queue_name
 from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
@@ -301,7 +301,7 @@ class MemoryStore:
     def _superseded_ids(self) -> set[str] | None:
         if self.config.memory.mode != "bujo":
             return None
-        from tempomem.storage.replay_projection import superseded
+        from tempomem.storage.replay_sidecar import superseded
 
         return set(superseded(self.root))
 

@@ -34,9 +34,9 @@ from tempomem.activities.projection import ProjectionActivities
 from tempomem.activities.sweep import SweepActivities, register_search_attributes, sweep_store
 from tempomem.export import recover_interrupted_import
 from tempomem.storage.fence import hold_fence, refuse_start_before_rebuild
+from tempomem.storage.intake_snapshot import Sink, SnapshotPublisher
 from tempomem.storage.intake_tidy import TidyReport, tidy
 from tempomem.storage.limits import SHUTDOWN_DRAIN_SECONDS
-from tempomem.storage.snapshot import Sink, SnapshotPublisher
 from tempomem.workflows.capture import CaptureWorkflow
 from tempomem.workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
 from tempomem.workflows.sweep import IntakeSweepWorkflow

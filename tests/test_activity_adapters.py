@@ -21,7 +21,7 @@ from tempomem.activities.intake_ops import IntakeActivities
 from tempomem.activities.plan import PlanDecision, PlanMemory, RetainedPlan, fact_id
 from tempomem.activities.projection import ProjectionActivities
 from tempomem.recall.index import MemoryIndex
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.intake import FailureCategory, RecordState, admit_turn
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.projection import project
@@ -184,13 +184,13 @@ def test_adoption_attests_only_decided_intents_and_never_replaces_a_sidecar(tmp_
     ctx.intake.save_plan(empty, plan((PlanDecision(index=0, action="NOOP", via="classifier"),)), now=T0)
     report = adopt_replay(ctx.root)
     assert report.model_dump() == {"status": "adopted", "intents": 2, "entries": 2}
-    edges = {(e.kind, e.from_, e.to) for e in replay_projection.load(ctx.root).entries}
+    edges = {(e.kind, e.from_, e.to) for e in replay_sidecar.load(ctx.root).entries}
     assert edges == {("supersede", "c-old", fact_id(decided, 0)), ("thread", fact_id(decided, 1), "c-task")}
-    before = replay_projection.sidecar_path(ctx.root).read_bytes()
+    before = replay_sidecar.sidecar_path(ctx.root).read_bytes()
     assert adopt_replay(ctx.root).model_dump() == {"status": "sidecar_present", "intents": 0, "entries": 0}
-    assert replay_projection.sidecar_path(ctx.root).read_bytes() == before
-    replay_projection.sidecar_path(ctx.root).write_bytes(b"{broken")
-    with pytest.raises(replay_projection.SidecarError):
+    assert replay_sidecar.sidecar_path(ctx.root).read_bytes() == before
+    replay_sidecar.sidecar_path(ctx.root).write_bytes(b"{broken")
+    with pytest.raises(replay_sidecar.SidecarError):
         adopt_replay(ctx.root)
 
 
@@ -228,7 +228,7 @@ def test_adoption_with_only_undecided_plans_counts_nothing(tmp_path: Path) -> No
     noop = admit(ctx, "r2")
     ctx.intake.save_plan(noop, plan((PlanDecision(index=0, action="NOOP", via="classifier"),)), now=T0)
     assert adopt_replay(ctx.root).model_dump() == {"status": "nothing_to_adopt", "intents": 1, "entries": 0}
-    assert not replay_projection.sidecar_path(ctx.root).exists()
+    assert not replay_sidecar.sidecar_path(ctx.root).exists()
 
 
 async def test_an_unwritable_day_file_is_a_storage_failure_and_the_record_stays(

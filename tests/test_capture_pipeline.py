@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from tempomem.storage import graph, replay_projection
+from tempomem.storage import graph, replay_sidecar
 from tempomem.storage.intake import RecordState
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
@@ -212,7 +212,7 @@ async def test_users_correction_supersedes_and_keeps_history(client: Client, tmp
     assert old.id in texts and texts[old.id].text == "Ana is vegetarian."  # history stays
     [new] = [b for b in texts.values() if b.id != old.id]
     assert (new.text, new.source_session) == ("Ana is vegan.", "web:conv-2")  # PROV-08
-    supersede = replay_projection.superseded(store.root)
+    supersede = replay_sidecar.superseded(store.root)
     assert supersede[old.id].new_id == new.id
     raw = (store.root / ".replay-projection-v1.json").read_text()
     assert "vegan" not in raw and "vegetarian" not in raw  # RPL-03: metadata only
@@ -294,7 +294,7 @@ async def test_intention_lifecycle_states_ends_and_supersession(
     renewed = lines["The user renewed the passport."]
     # The classifier's NOOP changed the state, so it became a supersession (INTENT-17) that keeps the end.
     assert (renewed.status, renewed.due) == ("done", "2027-03-31")  # INTENT-18
-    assert replay_projection.superseded(store.root)[planned.id].new_id == renewed.id
+    assert replay_sidecar.superseded(store.root)[planned.id].new_id == renewed.id
     assert lines["The user plans to renew the passport."].status == "scheduled"  # history stays
     reminder = lines["Reminder ran."]
     assert (reminder.status, reminder.due) == ("open", None)

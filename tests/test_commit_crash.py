@@ -103,7 +103,7 @@ async def test_lost_sidecar_is_adopted_from_the_retained_intent(client: Client, 
     capture intent alone (no index inference); the replay converges to the reference bytes, and health
     reports an edge naming no canonical line as canonical_mismatch."""
     from tempomem.activities.adoption import adopt_replay
-    from tempomem.storage import replay_projection
+    from tempomem.storage import replay_sidecar
     from tempomem.storage.fence import RebuildRequiredError
     from tempomem.storage.health import audit
 
@@ -144,13 +144,13 @@ async def test_lost_sidecar_is_adopted_from_the_retained_intent(client: Client, 
     assert len(model.calls) == 5  # no provider work repeated
     assert audit(root, now=T2).status == "ok"
     forged = {
-        "id": replay_projection.entry_id("supersede", "c-missing", "c-other"),
+        "id": replay_sidecar.entry_id("supersede", "c-missing", "c-other"),
         "kind": "supersede",
         "from": "c-missing",
         "to": "c-other",
         "at": "2026-12-02T10:00:00.000Z",
         "authority": {"kind": "capture", "digest": "0" * 64},
     }
-    replay_projection.apply_delta(root, [forged])
+    replay_sidecar.apply_delta(root, [forged])
     health = audit(root, now=T2)
     assert health.status == "canonical_mismatch" and len(health.mismatches) == 1

@@ -33,7 +33,7 @@ from tempomem.activities.plan import (
 )
 from tempomem.recall.embedding import LocalMiniLMEmbedder
 from tempomem.recall.index import MemoryIndex
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.graph import load_graph
 from tempomem.storage.health import audit
 from tempomem.storage.intake import admit_turn
@@ -149,8 +149,8 @@ async def test_commit_publishes_each_place_once(tmp_path: Path, embedder) -> Non
         (ANA, "lives_in", LISBON, (first,))
     ]
     # CAP-64: the thread edge is published in the sidecar, from the new note to what it continues.
-    assert replay_projection.threads(ctx.root) == {(second, first): 1}
-    assert replay_projection.superseded(ctx.root) == {}
+    assert replay_sidecar.threads(ctx.root) == {(second, first): 1}
+    assert replay_sidecar.superseded(ctx.root) == {}
     assert index_ids(ctx.root) == {first, second}
     plan = RetainedPlan.from_bytes(ctx.intake.load_plan(record) or b"")
     assert plan.committed
@@ -207,7 +207,7 @@ async def test_supersede_keeps_history_and_current_lines_offer_only_the_live(
     assert found[task].status == "invalidated"  # type: ignore[attr-defined]
     # CAP-65: the replacement of a task is a note (the BuJo "–" signifier), even when extracted as a task.
     assert found[note].signifier == "–" and found[note].type != "task"  # type: ignore[attr-defined]
-    sup = replay_projection.superseded(ctx.root)
+    sup = replay_sidecar.superseded(ctx.root)
     assert {k: v.new_id for k, v in sup.items()} == {old: new, task: note}
     assert sup[old].at.startswith("2026-12-01T09:05:00")  # the replacing turn's admission instant
     # AMB-28: reconciliation is offered neither superseded nor invalidated lines.
@@ -242,7 +242,7 @@ async def test_update_rewrites_in_place_and_records_the_conversation(tmp_path: P
     assert found[target].status == "open"  # type: ignore[attr-defined]  # an UPDATE never invalidates
     hits = MemoryIndex(ctx.root, None).search("Lisbon", limit=5)
     assert [h.id for h in hits] == [target]  # the index row follows the rewritten text
-    assert replay_projection.load(ctx.root).entries == ()  # no edge for an UPDATE
+    assert replay_sidecar.load(ctx.root).entries == ()  # no edge for an UPDATE
 
 
 def test_plan_edges_publish_supersession_and_threads_only() -> None:
@@ -270,10 +270,10 @@ def test_plan_edges_publish_supersession_and_threads_only() -> None:
     ]
     assert all(e["at"] == "2026-12-01T09:00:00Z" and e["authority"]["kind"] == "capture" for e in edges)
     assert [e["authority"]["digest"] for e in edges] == [
-        replay_projection.authority_digest("capture", "rec", e["from"], e["to"]) for e in edges
+        replay_sidecar.authority_digest("capture", "rec", e["from"], e["to"]) for e in edges
     ]
     assert [e["id"] for e in edges] == [
-        replay_projection.entry_id(e["kind"], e["from"], e["to"]) for e in edges
+        replay_sidecar.entry_id(e["kind"], e["from"], e["to"]) for e in edges
     ]
 
 
@@ -324,7 +324,7 @@ async def test_each_commit_boundary_leaves_a_readable_store_and_converges(
     assert ids == {fact_id(record, 0), fact_id(record, 1)}  # Markdown is always first
     graph_ids = {m for e in load_graph(ctx.root).entities.values() for m in e.memories} - before
     assert graph_ids == (ids if "graph" in done else set())
-    edges = replay_projection.load(ctx.root).entries
+    edges = replay_sidecar.load(ctx.root).entries
     assert {x for e in edges for x in (e.from_, e.to)} == (ids if "sidecar" in done else set())
     assert index_ids(ctx.root) - before == (ids if "index" in done else set())
     assert not RetainedPlan.from_bytes(ctx.intake.load_plan(record) or b"").committed
@@ -585,7 +585,7 @@ async def test_a_commit_that_did_not_land_is_a_storage_failure(
     if skipped == "append_bullets":
         monkeypatch.setattr(curation, "append_bullets", lambda *a, **k: 0)
     else:
-        monkeypatch.setattr(curation.replay_projection, "apply_delta", lambda *a, **k: 0)
+        monkeypatch.setattr(curation.replay_sidecar, "apply_delta", lambda *a, **k: 0)
     with pytest.raises(ApplicationError) as err:
         await reconcile(ctx, record, two_facts_threaded(record))
     assert (err.value.type, err.value.message) == ("storage_error", "CaptureFailure")

@@ -26,7 +26,7 @@ from tempomem.storage.consolidation import (
     render_index,
 )
 from tempomem.storage.markdown import Bullet, append_bullets
-from tempomem.storage.replay_projection import sidecar_path
+from tempomem.storage.replay_sidecar import sidecar_path
 from tests.conftest import make_store
 from tests.test_backfill import backfill_worker
 

@@ -17,11 +17,11 @@ from tempomem import export as ex
 from tempomem.export import restore as ex_restore
 from tempomem.export import write as ex_write
 from tempomem.storage import graph as graph_store
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.fence import AgentRunningError, hold_fence
 from tempomem.storage.intake import Intake, build_payload
 from tempomem.storage.markdown import Bullet, append_bullets, iter_bullets
-from tempomem.storage.replay_projection import Authority, Entry, entry_id
+from tempomem.storage.replay_sidecar import Authority, Entry, entry_id
 from tempomem.storage.turn import CompletedTurn
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
@@ -52,7 +52,7 @@ def make_store(root: Path) -> Path:
         [{"id": "ana", "name": "Ana", "type": "person", "memories": ["m-1"]}],
         [],
     )
-    replay_projection.apply_delta(root, [sup("m-0", "m-1")])
+    replay_sidecar.apply_delta(root, [sup("m-0", "m-1")])
     turn = CompletedTurn(
         run_id="run-1",
         conversation_id="web:1",
@@ -197,7 +197,7 @@ def test_restore_into_empty_store_reproduces_canonical_files(tmp_path: Path) -> 
     for rel in canonical(dst):
         assert (dst / rel).stat().st_mode & 0o777 == 0o600
     assert graph_store.load_graph(dst).entities["ana"].memories == ("m-1",)
-    assert replay_projection.load(dst).entries == replay_projection.load(src).entries
+    assert replay_sidecar.load(dst).entries == replay_sidecar.load(src).entries
     assert not [p for p in dst.iterdir() if p.name.startswith(ex.STAGING_PREFIX)]
     # Re-running onto a matching store is a no-op; a differing store is refused untouched.
     assert ex.import_restore(dst, archive).files_written == 0
@@ -318,7 +318,7 @@ def test_apply_merges_bullets_graph_and_sidecar_idempotently(tmp_path: Path) -> 
     assert days == {("2026-02-01", "m-1"), ("2026-03-05", "own"), ("2026-03-05", "m-2")}
     assert {b.id for _, b in iter_bullets(dst, "audit")} == {"a-1"}
     assert graph_store.load_graph(dst).entities["ana"].memories == ("m-1", "own")
-    assert replay_projection.load(dst).entries == replay_projection.load(src).entries
+    assert replay_sidecar.load(dst).entries == replay_sidecar.load(src).entries
     assert report.graph_rows_changed == 1 and report.sidecar_entries_added == 1
     assert set(report.changed_paths) == {
         "daily/2026-03-05.md",
@@ -337,7 +337,7 @@ def test_apply_conflicting_sidecar_refuses_everything(tmp_path: Path) -> None:
     archive = ex.export_store(src, tmp_path / "b.tar.gz").path
     dst = tmp_path / "dst"
     dst.mkdir(mode=0o700)
-    replay_projection.apply_delta(dst, [sup("m-0", "m-other")])  # m-0 already superseded by something else
+    replay_sidecar.apply_delta(dst, [sup("m-0", "m-other")])  # m-0 already superseded by something else
     before = tree(dst)
     with pytest.raises(ex.ImportConflictError, match="conflict"):
         ex.import_apply(dst, archive)

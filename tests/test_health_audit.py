@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.health import audit
 from tempomem.storage.intake import FailureCategory, Intake, RecordState, admit_turn
 from tempomem.storage.intake_tidy import list_quarantined, quarantine_if_corrupt, tidy
@@ -37,14 +37,14 @@ def admit(intake: Intake, run_id: str) -> str:
 def edge(kind: str, from_: str, to: str, authority: str = "capture") -> dict:
     """A replay sidecar entry (RPL-01) as the commit or a migration writes it."""
     entry = {
-        "id": replay_projection.entry_id(kind, from_, to),
+        "id": replay_sidecar.entry_id(kind, from_, to),
         "kind": kind,
         "from": from_,
         "to": to,
         "at": "2026-12-01T09:00:00.000Z",
         "authority": {
             "kind": authority,
-            "digest": replay_projection.authority_digest(authority, "x", from_, to),
+            "digest": replay_sidecar.authority_digest(authority, "x", from_, to),
         },
     }
     if kind == "thread":
@@ -100,8 +100,8 @@ def test_status_precedence_from_in_progress_to_degraded(intake: Intake) -> None:
 
     # A replay edge naming a line that is not in the Markdown: canonical_mismatch (RPL-10).
     intake.root.joinpath("daily").mkdir(mode=0o700)
-    replay_projection.apply_delta(intake.root, [edge("supersede", "c-gone", "c-new")])
-    entry = replay_projection.load(intake.root).entries[0]
+    replay_sidecar.apply_delta(intake.root, [edge("supersede", "c-gone", "c-new")])
+    entry = replay_sidecar.load(intake.root).entries[0]
     status, _, problems, mismatches = report(intake)
     assert (status, problems) == ("canonical_mismatch", [])
     assert mismatches == [f"supersede {entry.id}: no canonical line c-gone, c-new"]
@@ -156,7 +156,7 @@ def test_damaged_bullets_and_a_broken_sidecar_are_reported(intake: Intake) -> No
     project(intake.root, intake.load_payload(record))
     day = intake.root / "daily" / "2026-12-01.md"
     day.write_text(day.read_text() + "- broken line <!--mem id=?? -->\n")
-    replay_projection.sidecar_path(intake.root).write_bytes(b"{not json")
+    replay_sidecar.sidecar_path(intake.root).write_bytes(b"{not json")
     problems = report(intake)[2]
     assert problems[0] == f"damaged bullet: daily/2026-12-01.md:{len(day.read_text().splitlines())}"
     assert len(problems) == 2 and problems[1].startswith("sidecar: ")
@@ -323,8 +323,8 @@ def test_every_bad_receipt_is_reported_and_every_folder_mode_checked(intake: Int
 
 def test_sidecar_ends_checked_by_kind(intake: Intake) -> None:
     line(intake.root, "c-0001")
-    replay_projection.apply_delta(intake.root, [edge("thread", "c-0001", "c-gone")])
-    [entry] = replay_projection.load(intake.root).entries
+    replay_sidecar.apply_delta(intake.root, [edge("thread", "c-0001", "c-gone")])
+    [entry] = replay_sidecar.load(intake.root).entries
     assert report(intake)[3] == [f"thread {entry.id}: no canonical line c-gone"]
 
 
@@ -366,7 +366,7 @@ def test_a_record_or_receipt_whose_shard_fails_is_reported_by_id_and_nothing_is_
 
 def test_terminal_entries_need_only_their_line(intake: Intake) -> None:
     line(intake.root, "c-0001")
-    replay_projection.apply_delta(
+    replay_sidecar.apply_delta(
         intake.root, [edge("terminal", "c-0001", "forgotten", authority="migration")]
     )
     assert report(intake)[3] == []

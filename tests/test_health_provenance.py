@@ -72,14 +72,14 @@ def test_the_cli_health_reports_the_session_mismatch(tmp_path: Path, capsys) -> 
 def test_only_rows_in_both_places_are_compared_and_sidecar_mismatches_stay(tmp_path: Path) -> None:
     """An id only the index has, or only the Markdown has, is no session mismatch (other checks own
     those); a session mismatch adds to the sidecar's mismatches, never replaces them."""
-    from tempomem.storage import replay_projection
+    from tempomem.storage import replay_sidecar
     from tests.test_health_audit import edge
 
     append_bullets(tmp_path / "daily" / f"{DAY}.md", DAY, [bullet(1, "web:a"), bullet(2, "web:b")])
     only_one_side = {"h-1": "web:a", "h-9": "web:zzz"}  # h-2 has no index row; h-9 no Markdown line
     assert audit(tmp_path, now=NOW, index_sessions=only_one_side).mismatches == []
-    replay_projection.apply_delta(tmp_path, [edge("supersede", "c-gone", "h-1")])
-    entry = replay_projection.load(tmp_path).entries[0]
+    replay_sidecar.apply_delta(tmp_path, [edge("supersede", "c-gone", "h-1")])
+    entry = replay_sidecar.load(tmp_path).entries[0]
     report = audit(tmp_path, now=NOW, index_sessions={"h-1": "web:other", "h-2": "web:b"})
     assert report.mismatches == [
         f"supersede {entry.id}: no canonical line c-gone",

@@ -354,7 +354,7 @@ def test_JRN20_rendered_text_marks_untrusted_evidence_and_cursor(tmp_path: Path)
 def test_a_line_superseded_in_the_sidecar_is_shown_superseded(tmp_path: Path) -> None:
     """JRN-17: under BuJo a superseded line stays in the Markdown as history; its supersession lives in the
     replay sidecar, and the journal reports that stored state at snapshot time."""
-    from tempomem.storage.replay_projection import Authority, Entry, apply_delta, entry_id
+    from tempomem.storage.replay_sidecar import Authority, Entry, apply_delta, entry_id
 
     def edge(kind: str, old: str, to: str) -> Entry:
         return Entry(

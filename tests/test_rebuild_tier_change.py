@@ -106,7 +106,7 @@ def test_TIER12_RPL09_lite_and_journal_never_read_the_replay_sidecar(tmp_path: P
     Journal recall ignore the sidecar, whose lifecycle and edges are BuJo's alone."""
     import shutil
 
-    from tempomem.storage import replay_projection
+    from tempomem.storage import replay_sidecar
     from tempomem.storage.markdown import Bullet, append_bullets
     from tests.test_health_audit import edge
 
@@ -127,7 +127,7 @@ def test_TIER12_RPL09_lite_and_journal_never_read_the_replay_sidecar(tmp_path: P
         "2026-12-01",
         [line("c-old", "Ana lives in Porto."), line("c-new", "Ana lives in Lisbon now.")],
     )
-    replay_projection.apply_delta(seed, [edge("supersede", "c-old", "c-new")])
+    replay_sidecar.apply_delta(seed, [edge("supersede", "c-old", "c-new")])
     states = {}
     for tier in ("lite", "journal", "bujo"):
         root = tmp_path / tier

@@ -26,7 +26,7 @@ from tempomem.recurate import (
     run_recurate,
     start_recurate,
 )
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.intake import (
     Intake,
     IntakePayload,
@@ -355,7 +355,7 @@ async def test_recurate_dry_run_then_real_run_then_rerun(
         assert sorted(texts) == sorted([DENTIST, VEGETARIAN, VEGAN])  # no duplicate lines
         assert dentist_block in after[f"{DAY1}.md"].decode()  # unchanged line: byte-identical
         new = next(b for b in lines if b.text == VEGAN)
-        assert replay_projection.superseded(store.root)[original[VEGETARIAN].id].new_id == new.id
+        assert replay_sidecar.superseded(store.root)[original[VEGETARIAN].id].new_id == new.id
         assert f"-> {new.id}" in diff  # the dry run predicted exactly this line
         assert (new.recorded, new.source_session) == (original[VEGETARIAN].recorded, "web:conv-1")
         derived = intake_id(f"recurate:r1:{first.intake_id}")

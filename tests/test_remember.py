@@ -14,11 +14,11 @@ import pytest
 
 from tempomem.recall.embedding import LocalMiniLMEmbedder
 from tempomem.recall.index import MemoryIndex
-from tempomem.storage import graph, replay_projection
+from tempomem.storage import graph, replay_sidecar
 from tempomem.storage.fsio import exclusive_lock
 from tempomem.storage.markdown import Bullet, append_bullets, iter_bullets, read_document
 from tempomem.storage.remember import RememberRejected, RememberResult, remember, remember_id
-from tempomem.storage.replay_projection import SIDECAR_NAME, SidecarError, SupersedeInfo
+from tempomem.storage.replay_sidecar import SIDECAR_NAME, SidecarError, SupersedeInfo
 from tempomem.storage.store_ref import STORE_LOCK
 
 NOW = dt.datetime(2026, 3, 4, 12, 0, 0, 123000, tzinfo=dt.UTC)
@@ -362,7 +362,7 @@ def seed_lines(root: Path, minilm: LocalMiniLMEmbedder) -> dict[str, str]:
     text_only = bujo(root, minilm, "Kim's phone number ends in 42", index=None).id
     enhanced = bujo(root, minilm, "A grey cat visits the garden", replaceable=True, index=None).id
     auth = {"kind": "capture", "digest": "ef" * 32}
-    replay_projection.apply_delta(
+    replay_sidecar.apply_delta(
         root,
         [
             {
@@ -443,9 +443,9 @@ def test_supersedes_rules(root: Path, minilm: LocalMiniLMEmbedder, target: str, 
     assert (new.attr, new.src, new.source_session) == ("assistant", "assistant", "conv-S")  # REM-08
     # The old line stays in Markdown as history, byte-identical in its own file (PROV-08).
     assert old is not None and next(b for b in day_bullets(root) if b.id == target_id) == old
-    info = replay_projection.superseded(root)[target_id]
+    info = replay_sidecar.superseded(root)[target_id]
     assert info == SupersedeInfo(new_id=result.id, at=REC)
-    entries = replay_projection.load(root).entries
+    entries = replay_sidecar.load(root).entries
     entry = next(e for e in entries if e.from_ == target_id and e.kind != "lifecycle")
     assert entry.kind == "supersede" and entry.authority.kind == "remember"
     # Replay converges: same edge, same bytes.
@@ -464,7 +464,7 @@ def test_sidecar_never_holds_memory_text(root: Path, minilm: LocalMiniLMEmbedder
     )
     first = bujo(root, minilm, "Zebra crossing outside the office was repainted", supersedes="c-1")
     bujo(root, minilm, "Zebra crossing repainted again, yellow this time", supersedes=first.id)
-    assert len(replay_projection.superseded(root)) == 2
+    assert len(replay_sidecar.superseded(root)) == 2
     data = (root / SIDECAR_NAME).read_bytes()
     texts = [b.text for b in day_bullets(root)]
     assert texts
@@ -472,7 +472,7 @@ def test_sidecar_never_holds_memory_text(root: Path, minilm: LocalMiniLMEmbedder
         for word in text.split():
             if len(word) >= 4:
                 assert word.encode() not in data, word
-    for entry in replay_projection.load(root).entries:
+    for entry in replay_sidecar.load(root).entries:
         for value in (entry.id, entry.from_, entry.to, entry.at, entry.authority.digest):
             assert " " not in value
 
@@ -513,20 +513,20 @@ def test_crash_before_the_sidecar_edge_is_completed_on_retry(
     root: Path, minilm: LocalMiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seed_lines(root, minilm)
-    real = replay_projection.apply_delta
+    real = replay_sidecar.apply_delta
 
     def crash(*_a: Any, **_k: Any) -> int:
         raise OSError("simulated crash")
 
-    monkeypatch.setattr(replay_projection, "apply_delta", crash)
+    monkeypatch.setattr(replay_sidecar, "apply_delta", crash)
     text = "The printer on floor 2 now prints in colour"
     with pytest.raises(OSError):
         bujo(root, minilm, text, supersedes="c-note", conversation_id="conv-first")
-    assert "c-note" not in replay_projection.superseded(root)
-    monkeypatch.setattr(replay_projection, "apply_delta", real)
+    assert "c-note" not in replay_sidecar.superseded(root)
+    monkeypatch.setattr(replay_sidecar, "apply_delta", real)
     retry = bujo(root, minilm, text, supersedes="c-note", conversation_id="conv-retry")
     assert retry.status == "completed_index" and retry.superseded == "c-note"
-    assert replay_projection.superseded(root)["c-note"].new_id == retry.id
+    assert replay_sidecar.superseded(root)["c-note"].new_id == retry.id
     assert next(b for b in day_bullets(root) if b.id == retry.id).source_session == "conv-first"
     assert sum(b.id == retry.id for b in day_bullets(root)) == 1
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from tempomem.storage.intake import RecordState
-from tempomem.storage.snapshot import IntakeSnapshot
+from tempomem.storage.intake_snapshot import IntakeSnapshot
 from tempomem.storage.turn import AdmissionStatus, CompletedTurn
 from tempomem.store import MemoryStore
 from tempomem.worker import run_worker
@@ -76,7 +76,7 @@ def test_publisher_counts_every_transition_and_reports_shutdown(tmp_path: Path) 
     import stat
 
     from tempomem.storage.intake import FailureCategory, Intake, admit_turn
-    from tempomem.storage.snapshot import SnapshotPublisher
+    from tempomem.storage.intake_snapshot import SnapshotPublisher
 
     intake = Intake(tmp_path / "mem")
     seen: list[IntakeSnapshot] = []
@@ -110,7 +110,7 @@ def test_publisher_counts_every_transition_and_reports_shutdown(tmp_path: Path) 
 
 def test_publisher_without_file_and_with_an_uncountable_intake(tmp_path: Path) -> None:
     from tempomem.storage.intake import Intake, admit_turn
-    from tempomem.storage.snapshot import SnapshotPublisher
+    from tempomem.storage.intake_snapshot import SnapshotPublisher
 
     intake = Intake(tmp_path / "mem")
     seen: list[IntakeSnapshot] = []
@@ -146,7 +146,7 @@ def test_publisher_logs_only_exception_types_and_counts_each_publish(tmp_path: P
     from datetime import timedelta
 
     from tempomem.storage.intake import FailureCategory, Intake, admit_turn
-    from tempomem.storage.snapshot import SnapshotPublisher
+    from tempomem.storage.intake_snapshot import SnapshotPublisher
 
     def leaky_sink(_: IntakeSnapshot) -> None:
         raise RuntimeError("Marten-Quill-4410 secret")

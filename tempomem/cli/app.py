@@ -73,7 +73,7 @@ def expected_failures() -> list[Failure]:
     from tempomem.devserver import DevServerError
     from tempomem.storage.fence import AgentRunningError, RebuildRequiredError
     from tempomem.storage.intake import RetainedPlanError
-    from tempomem.storage.replay_projection import SidecarError
+    from tempomem.storage.replay_sidecar import SidecarError
 
     def plain(exc: Any) -> str:
         return f"error: {exc}"

@@ -32,7 +32,7 @@ to overwrite a live file that changed since. So a store is never left half-appli
   canonical file already present equals the archive's (re-running an interrupted restore completes it).
 * ``apply`` merges: daily/audit bullets idempotently by id (``storage.markdown.append_bullets``; an id
   already anywhere in the store's folder is kept as is), graph rows via ``storage.graph.apply`` (attesting
-  memories unioned) and replay-sidecar entries via ``storage.replay_projection.merge`` (a conflicting
+  memories unioned) and replay-sidecar entries via ``storage.replay_sidecar.merge`` (a conflicting
   entry refuses the whole import); archived turns the store lacks are added, equal ones kept, and one
   that differs refuses the import. Applying the same archive twice changes nothing the second time.
 * Every archived turn must parse as an intake payload named by its own id (sha256 of its run id) in the

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from tempomem.storage import graph as graph_store
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.fsio import UnsafePathError
 from tempomem.storage.turn_archive import ARCHIVE_DIR
 
@@ -36,7 +36,7 @@ CHUNK = 1 << 20
 _DAY_FILE = re.compile(r"(daily|audit)/(\d{4}-\d{2}-\d{2})\.md")
 # Archived turn payloads (re-curation's input, storage.turn_archive): <day>/<intake id>.json
 ARCHIVED_TURN = re.compile(r"\.turn-archive/(\d{4}-\d{2}-\d{2})/([0-9a-f]{64})\.json")
-TOP_FILES = (graph_store.GRAPH_NAME, replay_projection.SIDECAR_NAME)
+TOP_FILES = (graph_store.GRAPH_NAME, replay_sidecar.SIDECAR_NAME)
 HEX64 = re.compile(r"[0-9a-f]{64}")
 UNSTABLE_META = b"unstable"
 UNSTABLE = hashlib.sha256(UNSTABLE_META).hexdigest()

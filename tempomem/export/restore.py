@@ -26,7 +26,7 @@ from tempomem.export.layout import (
 )
 from tempomem.export.verify import VerifiedArchive, validate_structured, verify_archive
 from tempomem.storage import graph as graph_store
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.fence import hold_fence
 from tempomem.storage.fsio import UnsafePathError, atomic_write, ensure_private_dir, exclusive_lock, fsync_dir
 from tempomem.storage.intake import Intake
@@ -257,12 +257,12 @@ def import_apply(root: Path, archive: Path) -> ImportReport:
             except graph_store.GraphError as exc:
                 raise ImportConflictError(f"graph rows cannot be merged: {exc}") from None
         sidecar_added = 0
-        if replay_projection.SIDECAR_NAME in verified.canonical:
-            delta = replay_projection.load(incoming).entries
-            stage_copy(replay_projection.SIDECAR_NAME)
+        if replay_sidecar.SIDECAR_NAME in verified.canonical:
+            delta = replay_sidecar.load(incoming).entries
+            stage_copy(replay_sidecar.SIDECAR_NAME)
             try:
-                sidecar_added = replay_projection.apply_delta(out, delta)
-            except replay_projection.SidecarError as exc:
+                sidecar_added = replay_sidecar.apply_delta(out, delta)
+            except replay_sidecar.SidecarError as exc:
                 raise ImportConflictError(f"replay sidecar entries conflict: {exc}") from None
         turns_added = 0
         for rel in sorted(r for r in verified.canonical if is_archived_turn(r)):

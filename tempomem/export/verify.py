@@ -37,7 +37,7 @@ from tempomem.export.layout import (
     is_canonical,
 )
 from tempomem.storage import graph as graph_store
-from tempomem.storage import replay_projection
+from tempomem.storage import replay_sidecar
 from tempomem.storage.fsio import ensure_private_dir
 from tempomem.storage.intake import IntakePayload, intake_id
 
@@ -202,8 +202,8 @@ def validate_structured(files: dict[str, Path]) -> None:
             os.chmod(probe, 0o600)
         try:
             graph_store.load_graph(Path(tmp))
-            replay_projection.load(Path(tmp))
-        except (graph_store.GraphError, replay_projection.SidecarError) as exc:
+            replay_sidecar.load(Path(tmp))
+        except (graph_store.GraphError, replay_sidecar.SidecarError) as exc:
             raise ArchiveError(f"archive holds an invalid graph or replay sidecar: {exc}") from None
     for rel, path in files.items():
         if is_archived_turn(rel):

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tempomem.storage import graph, replay_projection
+from tempomem.storage import graph, replay_sidecar
 from tempomem.storage.credentials import contains_credential, unsafe_reason
-from tempomem.storage.replay_projection import (
+from tempomem.storage.replay_sidecar import (
     SIDECAR_NAME,
     Authority,
     Entry,
@@ -201,7 +201,7 @@ def test_lifecycle_and_terminal_entries_round_trip(tmp_path: Path) -> None:
             },
         ],
     )
-    assert replay_projection.terminal(tmp_path) == {"c-b": AT}
+    assert replay_sidecar.terminal(tmp_path) == {"c-b": AT}
     assert [e.kind for e in load(tmp_path).entries] == ["lifecycle", "terminal"]
 
 
@@ -299,7 +299,7 @@ def test_directory_or_fifo_is_rejected(tmp_path: Path) -> None:
 
 
 def test_entry_bound_fails_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(replay_projection, "MAX_ENTRIES", 3)
+    monkeypatch.setattr(replay_sidecar, "MAX_ENTRIES", 3)
     apply_delta(tmp_path, [sup(f"c-{i}", f"c-n{i}") for i in range(3)])
     before = (tmp_path / SIDECAR_NAME).read_bytes()
     with pytest.raises(SidecarError) as err:
@@ -307,7 +307,7 @@ def test_entry_bound_fails_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert err.value.reason == "too_many_entries"
     assert (tmp_path / SIDECAR_NAME).read_bytes() == before
     # A file that already holds more than the bound is refused on read.
-    monkeypatch.setattr(replay_projection, "MAX_ENTRIES", 2)
+    monkeypatch.setattr(replay_sidecar, "MAX_ENTRIES", 2)
     with pytest.raises(SidecarError) as err:
         load(tmp_path)
     assert err.value.reason == "too_many_entries"
@@ -316,21 +316,21 @@ def test_entry_bound_fails_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_byte_bound_fails_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     apply_delta(tmp_path, [sup("c-1", "c-n1")])
     size = (tmp_path / SIDECAR_NAME).stat().st_size
-    monkeypatch.setattr(replay_projection, "MAX_BYTES", size + 10)
+    monkeypatch.setattr(replay_sidecar, "MAX_BYTES", size + 10)
     before = (tmp_path / SIDECAR_NAME).read_bytes()
     with pytest.raises(SidecarError) as err:
         apply_delta(tmp_path, [sup("c-2", "c-n2")])
     assert err.value.reason == "too_large"
     assert (tmp_path / SIDECAR_NAME).read_bytes() == before
-    monkeypatch.setattr(replay_projection, "MAX_BYTES", size - 1)
+    monkeypatch.setattr(replay_sidecar, "MAX_BYTES", size - 1)
     with pytest.raises(SidecarError) as err:
         load(tmp_path)
     assert err.value.reason == "too_large"
 
 
 def test_real_bounds_are_the_reference_values() -> None:
-    assert replay_projection.MAX_BYTES == 32 * 1024 * 1024
-    assert replay_projection.MAX_ENTRIES == 131_072
+    assert replay_sidecar.MAX_BYTES == 32 * 1024 * 1024
+    assert replay_sidecar.MAX_ENTRIES == 131_072
 
 
 # -- graph.jsonl ---------------------------------------------------------------------------------------------
@@ -483,7 +483,7 @@ def test_unsafe_reason(text: str, reason: str | None) -> None:
 def test_sidecar_errors_carry_a_reason_and_a_content_free_detail(
     data: bytes, reason: str, detail: str
 ) -> None:
-    from tempomem.storage.replay_projection import SidecarError, parse
+    from tempomem.storage.replay_sidecar import SidecarError, parse
 
     with pytest.raises(SidecarError) as err:
         parse(data)
@@ -522,7 +522,7 @@ _ONE = canonical_doc([raw_entry()])
 )
 def test_each_rejection_carries_its_exact_detail(data: bytes, reason: str, detail: str) -> None:
     with pytest.raises(SidecarError) as err:
-        replay_projection.parse(data)
+        replay_sidecar.parse(data)
     assert (err.value.reason, err.value.detail) == (reason, detail)
 
 
@@ -534,17 +534,17 @@ def test_a_sidecar_error_without_detail_prints_only_its_reason() -> None:
 def test_bounds_are_inclusive_and_name_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
     # Exactly at a bound is allowed; one over is refused with the measured figure as detail (RPL-05).
     two = canonical_doc([raw_entry(id="a"), raw_entry(id="b", **{"from": "c-x"})])
-    monkeypatch.setattr(replay_projection, "MAX_BYTES", len(two))
-    monkeypatch.setattr(replay_projection, "MAX_ENTRIES", 2)
-    assert len(replay_projection.parse(two).entries) == 2
-    monkeypatch.setattr(replay_projection, "MAX_BYTES", len(two) - 1)
+    monkeypatch.setattr(replay_sidecar, "MAX_BYTES", len(two))
+    monkeypatch.setattr(replay_sidecar, "MAX_ENTRIES", 2)
+    assert len(replay_sidecar.parse(two).entries) == 2
+    monkeypatch.setattr(replay_sidecar, "MAX_BYTES", len(two) - 1)
     with pytest.raises(SidecarError) as err:
-        replay_projection.parse(two)
+        replay_sidecar.parse(two)
     assert (err.value.reason, err.value.detail) == ("too_large", f"{len(two)} bytes")
-    monkeypatch.setattr(replay_projection, "MAX_BYTES", len(two))
-    monkeypatch.setattr(replay_projection, "MAX_ENTRIES", 1)
+    monkeypatch.setattr(replay_sidecar, "MAX_BYTES", len(two))
+    monkeypatch.setattr(replay_sidecar, "MAX_ENTRIES", 1)
     with pytest.raises(SidecarError) as err:
-        replay_projection.parse(two)
+        replay_sidecar.parse(two)
     assert (err.value.reason, err.value.detail) == ("too_many_entries", "2 entries")
 
 
@@ -552,7 +552,7 @@ def test_authority_digest_is_stable_across_versions() -> None:
     # Digests are stored in existing sidecars; a change of the formula would make every replayed
     # authority disagree with what is on disk. Known answer for the v1 formula.
     # sha256(b"tempomem-authority-v1\0capture\0run-1\0" + AT), recorded once.
-    assert replay_projection.authority_digest("capture", "run-1", AT) == (
+    assert replay_sidecar.authority_digest("capture", "run-1", AT) == (
         "ab8a152eb05ea79518246fe7b1b787a5e6b3b4764e63ac1d863298c40ca416c7"
     )
 
@@ -595,13 +595,13 @@ def test_conflicts_name_the_entry_or_the_superseded_id(
         apply_delta(tmp_path, [sup("c-old", "c-other")])
     assert err.value.detail == "c-old is already superseded"
     one = (tmp_path / SIDECAR_NAME).stat().st_size
-    monkeypatch.setattr(replay_projection, "MAX_ENTRIES", 1)
+    monkeypatch.setattr(replay_sidecar, "MAX_ENTRIES", 1)
     with pytest.raises(SidecarError) as err:
         apply_delta(tmp_path, [sup("c-2", "c-n2")])
     assert (err.value.reason, err.value.detail) == ("too_many_entries", "2 entries")
-    monkeypatch.setattr(replay_projection, "MAX_ENTRIES", 10)
-    monkeypatch.setattr(replay_projection, "MAX_BYTES", one + 10)
-    merged, _ = replay_projection.merge(load(tmp_path), [sup("c-2", "c-n2")])
+    monkeypatch.setattr(replay_sidecar, "MAX_ENTRIES", 10)
+    monkeypatch.setattr(replay_sidecar, "MAX_BYTES", one + 10)
+    merged, _ = replay_sidecar.merge(load(tmp_path), [sup("c-2", "c-n2")])
     with pytest.raises(SidecarError) as err:
         apply_delta(tmp_path, [sup("c-2", "c-n2")])
     assert (err.value.reason, err.value.detail) == ("too_large", f"{len(canonical_bytes(merged))} bytes")
@@ -618,12 +618,12 @@ def test_load_names_why_a_file_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
         load(tmp_path)
     assert (err.value.reason, err.value.detail) == ("unsafe_file", "has mode 644, expected 600")
     # Exactly at the byte bound the file is not too large: the other reason is the one reported.
-    monkeypatch.setattr(replay_projection, "MAX_BYTES", len(_ONE))
+    monkeypatch.setattr(replay_sidecar, "MAX_BYTES", len(_ONE))
     with pytest.raises(SidecarError) as err:
         load(tmp_path)
     assert err.value.reason == "unsafe_file"
     os.chmod(path, 0o600)
-    monkeypatch.setattr(replay_projection, "MAX_BYTES", len(_ONE) - 1)
+    monkeypatch.setattr(replay_sidecar, "MAX_BYTES", len(_ONE) - 1)
     with pytest.raises(SidecarError) as err:
         load(tmp_path)
     assert (err.value.reason, err.value.detail) == ("too_large", f"{len(_ONE)} bytes")
