@@ -141,3 +141,54 @@ def test_TIER12_RPL09_lite_and_journal_never_read_the_replay_sidecar(tmp_path: P
     assert all("c-old" in found for found in states.values()), states
     assert states["bujo"]["c-old"] == "superseded"
     assert states["lite"].get("c-old") != "superseded" and states["journal"].get("c-old") != "superseded"
+
+
+def test_CLI16_INTENT28_the_curate_audit_lists_what_the_intent_switches_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from tempomem.cli import main
+    from tempomem.storage.markdown import Bullet, append_bullets
+
+    root = tmp_path / "mem"
+    retained(root)  # one capture still pending
+
+    def note(mid: str, **kw: str) -> Bullet:
+        return Bullet(
+            signifier="–",
+            text=f"note {mid}",
+            id=mid,
+            type=kw.pop("type", "note"),
+            status=kw.pop("status", "open"),
+            recorded="2026-12-01T09:00:00.000Z",
+            **kw,
+        )
+
+    append_bullets(
+        root / "daily" / "2026-12-01.md",
+        "2026-12-01",
+        [
+            note("c-plan", due="2026-12-20"),
+            note("c-done", status="done"),
+            note("c-open"),
+            note("c-fact", type="fact", status="done"),
+        ],
+    )
+    before = files(root)
+    config = tmp_path / "bujo.json"
+    memory = {
+        "mode": "bujo",
+        "path": str(root),
+        "embeddings": {"provider": "local"},
+        "llm": {"provider": "ollama", "model": "m"},
+    }
+    config.write_text(json.dumps({"memory": memory}))
+    assert main(["--config", str(config), "curate-audit", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["pending"] == 1
+    assert [(r["id"], r["due"]) for r in report["dated"]] == [("c-plan", "2026-12-20")]
+    assert [(r["id"], r["status"]) for r in report["closed"]] == [("c-done", "done")]
+    assert files(root) == before  # read-only: no marker, no migration (INTENT-28)
+    assert main(["--config", str(config), "curate-audit"]) == 0
+    assert "pending capture: 1 (let the worker drain it" in capsys.readouterr().out

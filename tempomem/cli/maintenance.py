@@ -63,6 +63,12 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_health)
 
+    p = sub.add_parser(
+        "curate-audit",
+        help="before the intent switches: pending capture, and the dated and closed notes they change",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_curate_audit)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -220,3 +226,43 @@ def cmd_health(args: argparse.Namespace) -> int:
         for mismatch in report.mismatches:
             print(f"  mismatch: {mismatch}")
     return EXIT_OK if report.status in ("ok", "in_progress") else EXIT_ERROR
+
+
+def cmd_curate_audit(args: argparse.Namespace) -> int:
+    """CLI-16, INTENT-28: the private review to do before switching on ``intentExpiry`` or
+    ``intentLifecycle``. Prints, for the operator alone, the capture still pending (drain it first) and
+    the notes the switches treat differently: dated notes (a ``due=`` that expiry reads as an end) and
+    closed ones (done/dropped). Read-only: nothing is marked, migrated or reinterpreted."""
+    from tempomem.storage.markdown import iter_bullets
+
+    store = store_from_args(args, must_exist=True)
+    if store.config.memory.mode != "bujo":
+        print(
+            f"error: the intent switches are BuJo-only; mode is {store.config.memory.mode}", file=sys.stderr
+        )
+        return EXIT_ERROR
+    pending = store.intake.counts(now=datetime.now(UTC))["pending"]
+    dated, closed = [], []
+    for day, b in iter_bullets(store.root, "daily"):
+        if b.type not in ("note", "event"):
+            continue
+        row = {"day": day, "id": b.id, "type": b.type, "status": b.status, "due": b.due, "text": b.text}
+        if b.due:
+            dated.append(row)
+        elif b.status in ("done", "dropped"):
+            closed.append(row)
+    if args.json:
+        print(
+            json.dumps({"pending": pending, "dated": dated, "closed": closed}, indent=2, ensure_ascii=False)
+        )
+        return EXIT_OK
+    print(f"pending capture: {pending}" + (" (let the worker drain it before switching)" if pending else ""))
+    for title, rows in (
+        ("dated notes (due= becomes an end under intentExpiry)", dated),
+        ("closed notes (left out of automatic recall under intentExpiry)", closed),
+    ):
+        print(f"{title}: {len(rows)}")
+        for r in rows:
+            due = f" due={r['due']}" if r["due"] else ""
+            print(f"  {r['day']} {r['id']} [{r['status']}]{due} {r['text']}")
+    return EXIT_OK
