@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import statistics
-import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
@@ -28,6 +27,7 @@ from tempomem.recall.shaping import (
     cut_utf8,
     is_recallable,
     parse_labels,
+    same_value,
 )
 from tempomem.storage.limits import (
     AUTO_BLOCK_BUDGET_BYTES,
@@ -140,9 +140,6 @@ def _attribution(label: StructuredLabel, hit: Hit) -> str | None:
     return label.attribution or hit.attr or _SRC_ATTRIBUTION.get(hit.src or "")
 
 
-def _same(value: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", value).casefold().split())
-
 
 @dataclass(frozen=True)
 class _Entry:
@@ -198,7 +195,7 @@ def _entries(
             continue  # identical text once (as AUTO-08)
         seen_text.add(text_key)
         _, scope, label, who = min(eligible, key=lambda e: e[0])  # GUIDE-02 scope precedence
-        slots = {(lab.kind, lab.subject, lab.key): _same(lab.value) for _, _, lab, _ in eligible}
+        slots = {(lab.kind, lab.subject, lab.key): same_value(lab.value) for _, _, lab, _ in eligible}
         leads = hit.score - median >= BACKGROUND_MEDIAN_LEAD - SCORE_EPSILON
         out.append(_Entry(hit, rank, scope, label.kind, who, slots, leads))
     return out

@@ -20,14 +20,13 @@ The text never shows memory ids, entity ids or conversation provenance.
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from tempomem.recall.graph_read import bullet_hit
 from tempomem.recall.search import Hit
-from tempomem.recall.shaping import currentness, display_key, is_recallable, value_text
+from tempomem.recall.shaping import currentness, display_key, is_recallable, same_value, value_text
 from tempomem.storage.limits import MAX_BYTES_DEFAULT, PROFILE_MAX_CODE_POINTS
 from tempomem.storage.markdown import Bullet
 
@@ -96,10 +95,6 @@ def _entry_text(label: dict) -> str | None:
     return f"- {name}: {text}"
 
 
-def _same(value: object) -> str:
-    return " ".join(unicodedata.normalize("NFKC", value_text(value)).casefold().split())
-
-
 def owner_profile(
     lines: Iterable[tuple[str, Bullet]],
     *,
@@ -124,7 +119,9 @@ def owner_profile(
     for _hit, label, kind in candidates:
         key = label.get("key")
         if isinstance(key, str) and key not in STATEMENT_KEYS:
-            values.setdefault((kind, key, str(label.get("scope"))), set()).add(_same(label.get("value")))
+            values.setdefault((kind, key, str(label.get("scope"))), set()).add(
+                same_value(value_text(label.get("value")))
+            )
     entries: list[ProfileEntry] = []
     seen: set[str] = set()
     for hit, label, kind in candidates:

@@ -26,7 +26,7 @@ from datetime import date, datetime, tzinfo
 
 from tempomem.recall.graph_read import GraphReader, bullet_hit
 from tempomem.recall.search import Hit
-from tempomem.recall.shaping import currentness, cut_utf8, display_key, is_recallable, value_text
+from tempomem.recall.shaping import currentness, cut_utf8, display_key, is_recallable, same_value, value_text
 from tempomem.storage.graph import EntityRow
 from tempomem.storage.limits import AUTO_BLOCK_BUDGET_BYTES, AUTO_CONTEXT_MAX_BYTES, AUTO_LINE_MAX_BYTES
 
@@ -120,9 +120,6 @@ def _facts_of(hit: Hit, person: EntityRow) -> list[CardFact]:
     return out
 
 
-def _same(value: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", value).casefold().split())
-
 
 def age_text(birth: str, today: date) -> str | None:
     """AMB-40: whole years, and months under two years; ``None`` for partial or future dates."""
@@ -164,9 +161,9 @@ def card_lines(
             continue
         for fact in _facts_of(hit, person):
             values = by_key.setdefault(fact.key, {})
-            old = values.get(_same(fact.value))
+            old = values.get(same_value(fact.value))
             if old is None or fact.recorded > old.recorded:
-                values[_same(fact.value)] = fact  # the same value keeps its latest recording
+                values[same_value(fact.value)] = fact  # the same value keeps its latest recording
     lines: list[str] = []
     today = now.astimezone(tz).date()
     for key in sorted(by_key, key=lambda k: (k.casefold(), k)):

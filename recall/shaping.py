@@ -213,7 +213,8 @@ def parse_labels(hit: Hit) -> list[StructuredLabel]:
     return out
 
 
-def _same_value(value: str) -> str:
+def same_value(value: str) -> str:
+    """Values that differ only in Unicode compatibility form, case or spacing are one value (AMB-27)."""
     return " ".join(unicodedata.normalize("NFKC", value).casefold().split())
 
 
@@ -243,7 +244,7 @@ def find_conflicts(
             if label.kind != "fact":
                 continue  # preferences and lessons may legitimately differ (GUIDE-07)
             values = groups.setdefault((label.subject, label.key, label.scope), {})
-            values.setdefault(_same_value(label.value), label.value)
+            values.setdefault(same_value(label.value), label.value)
     return [
         Conflict(subject, key, scope, tuple(values.values()))
         for (subject, key, scope), values in groups.items()

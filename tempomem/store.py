@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tempomem.activities.llm import HostModelClient
     from tempomem.recall.auto_block import AutoLookup
     from tempomem.recall.embedding import EmbeddingProvider
+    from tempomem.recall.graph_read import GraphReader
     from tempomem.recall.index import Hit, MemoryIndex, RebuildReport
     from tempomem.recall.journal import JournalResult
     from tempomem.recall.owner_profile import OwnerProfile
@@ -432,7 +433,7 @@ class MemoryStore:
         memory = self.config.memory
         return bool(memory.mode == "bujo" and memory.profile and memory.profile.enabled)
 
-    def profile_sync(self) -> OwnerProfile:
+    def profile_sync(self, reader: GraphReader | None = None) -> OwnerProfile:
         """The owner profile by the automatic rule (PROFILE-03..09; ``tempomem profile``, CLI-17), whether
         or not ``memory.profile.enabled`` injects it. Read-only; empty off BuJo (PROFILE-01)."""
         from tempomem.recall.graph_read import GraphReader
@@ -443,7 +444,7 @@ class MemoryStore:
         if self.config.memory.mode != "bujo":
             return NO_PROFILE
         return owner_profile(
-            GraphReader(self.root).lines().values(),
+            (reader or GraphReader(self.root)).lines().values(),
             now=datetime.now(UTC),
             tz=host_zone(),
             max_bytes=self.config.memory.max_bytes,
@@ -474,6 +475,7 @@ class MemoryStore:
         self._check_open()
         if not isinstance(turn_text, str):
             raise TypeError(f"turn_text must be a str, not {type(turn_text).__name__}")
+        reader = GraphReader(self.root) if self.config.memory.mode == "bujo" else None
         lookup: AutoLookup = automatic_lookup(
             self.index,
             turn_text,
@@ -485,9 +487,10 @@ class MemoryStore:
             context_bytes_used=max(0, AUTO_CONTEXT_MAX_BYTES - self.config.memory.max_bytes),
             superseded_ids=self._superseded_ids(),
             intent_expiry=self._intent_expiry(),
-            cards_from=GraphReader(self.root) if self.config.memory.mode == "bujo" else None,
+            cards_from=reader,
             background=BackgroundScopes(owner_sender=owner_sender),
-            profile=self.profile_sync() if self._profile_enabled() else None,  # PROFILE-01, PROFILE-24
+            # PROFILE-01, PROFILE-24; the same reader as the cards: the daily Markdown is read once a turn
+            profile=self.profile_sync(reader) if self._profile_enabled() else None,
         )
         return lookup
 

@@ -19,6 +19,7 @@ from tempomem.recall.owner_profile import PROFILE_HEADING, owner_profile
 from tempomem.storage.limits import PROFILE_MAX_CODE_POINTS
 from tempomem.storage.markdown import Bullet, append_bullets
 from tests.conftest import make_store
+from tests.helpers.config_files import bujo_config_file
 from tests.helpers.labelled_graph import SECRET_SESSION, line
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -262,14 +263,7 @@ def test_PROFILE07_CLI17_the_cli_prints_the_same_profile(
     store = store_with_profile(tmp_path, enabled=False)
     expected = store.profile_sync()
     store.close()
-    config = tmp_path / "bujo.json"
-    memory = {
-        "mode": "bujo",
-        "path": str(store.root),
-        "embeddings": {"provider": "local"},
-        "llm": {"provider": "ollama", "model": "m"},
-    }
-    config.write_text(json.dumps({"memory": memory}))
+    config = bujo_config_file(tmp_path / "bujo.json", store.root)
     assert main(["--config", str(config), "profile", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report == {

@@ -12,6 +12,7 @@ from tempomem.storage.fence import FENCE_FILE
 from tempomem.storage.intake import RetainedPlanError, admit_turn
 from tempomem.storage.turn import CompletedTurn
 from tests.conftest import make_store
+from tests.helpers.config_files import bujo_config_file
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -81,7 +82,6 @@ def test_the_cli_refuses_with_a_count_and_no_ids(tmp_path: Path, capsys: pytest.
 
 
 def test_RPL17_CLI08_the_cli_rebuild_clears_the_adoption_marker(tmp_path: Path) -> None:
-    import json
 
     from tempomem.cli import main
     from tempomem.storage.fence import REBUILD_REQUIRED_FILE, mark_rebuild_required
@@ -89,14 +89,7 @@ def test_RPL17_CLI08_the_cli_rebuild_clears_the_adoption_marker(tmp_path: Path) 
     root = tmp_path / "mem"
     retained(root)
     mark_rebuild_required(root)
-    config = tmp_path / "bujo.json"
-    memory = {
-        "mode": "bujo",
-        "path": str(root),
-        "embeddings": {"provider": "local"},
-        "llm": {"provider": "ollama", "model": "m"},
-    }
-    config.write_text(json.dumps({"memory": memory}))
+    config = bujo_config_file(tmp_path / "bujo.json", root)
     assert main(["--config", str(config), "rebuild"]) == 0
     assert not (root / REBUILD_REQUIRED_FILE).exists()
 
@@ -176,14 +169,7 @@ def test_CLI16_INTENT28_the_curate_audit_lists_what_the_intent_switches_change(
         ],
     )
     before = files(root)
-    config = tmp_path / "bujo.json"
-    memory = {
-        "mode": "bujo",
-        "path": str(root),
-        "embeddings": {"provider": "local"},
-        "llm": {"provider": "ollama", "model": "m"},
-    }
-    config.write_text(json.dumps({"memory": memory}))
+    config = bujo_config_file(tmp_path / "bujo.json", root)
     assert main(["--config", str(config), "curate-audit", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["pending"] == 1
