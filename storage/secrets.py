@@ -7,7 +7,8 @@ refuses instead (REM-*, AMB-26).
 
 The rules follow the formats public secret scanners (gitleaks, detect-secrets) know, keyed on fixed
 prefixes or on a label, so ordinary chat is left alone (measured on the LoCoMo conversations, see
-``bench/secrets.py``). Everything here is pure and deterministic: a retried admission redacts the same way.
+``bench/secret_detection.py``). Everything here is pure and deterministic: a retried admission redacts the
+same way.
 """
 
 from __future__ import annotations

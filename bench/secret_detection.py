@@ -2,7 +2,7 @@
 ordinary chat (the LoCoMo conversations), and cost per turn. With ``--detect-secrets PYTHON`` it also runs
 detect-secrets 1.5.0 (installed in another interpreter) over the same texts for comparison.
 
-    .venv/bin/python bench/secrets.py [--detect-secrets /path/to/venv/bin/python]
+    .venv/bin/python bench/secret_detection.py [--detect-secrets /path/to/venv/bin/python]
 
 Keys are generated here (random characters in each vendor's published layout): none is real.
 """
