@@ -48,7 +48,7 @@ def run_compose(compose_file: Path, *args: str) -> subprocess.CompletedProcess[s
     )
 
 
-@pytest.mark.parametrize("profiles", [(), ("ollama",), ("codec",), ("ollama", "codec")])
+@pytest.mark.parametrize("profiles", [(), ("ollama",), ("codec",), ("ollama", "codec"), ("example",)])
 def test_compose_file_is_valid(profiles: tuple[str, ...]) -> None:
     flags = [arg for p in profiles for arg in ("--profile", p)]
     result = run_compose(COMPOSE, *flags, "config", "-q")
@@ -82,6 +82,29 @@ def test_compose_services_profiles_and_safety() -> None:
     assert services["temporal"]["depends_on"]["postgresql"]["condition"] == "service_healthy"
     assert "healthcheck" in services["postgresql"]
     assert services["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
+
+
+def test_agent_host_shares_the_workers_memory_volume_and_every_image_is_pinned() -> None:
+    """Issue #16 item 3: the host that admits and the worker that owns the store are co-located: the
+    example agent host mounts the very volume and config the worker mounts, and runs the example host."""
+    assert "agent-host" not in resolved()["services"]  # an example, never started by a plain `up`
+    services = resolved("example", "ollama", "codec")["services"]
+    host, worker = services["agent-host"], services["tempomem-worker"]
+    host_mounts = {v["target"]: v for v in host["volumes"]}
+    worker_mounts = {v["target"]: v for v in worker["volumes"]}
+    assert host_mounts["/data"]["type"] == "volume"
+    assert host_mounts["/data"]["source"] == worker_mounts["/data"]["source"]
+    assert host_mounts["/config/tempomem.json"]["source"] == worker_mounts["/config/tempomem.json"]["source"]
+    assert host["image"] == worker["image"]
+    script = Path(host_mounts["/app/host.py"]["source"])
+    assert script.is_file() and script.name == "host.py"
+    assert host["entrypoint"] == ["python", "/app/host.py"]
+    assert host["environment"]["TEMPOMEM_CONFIG"] == "/config/tempomem.json"
+    assert host["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
+    for name, service in services.items():
+        image = service["image"]
+        tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
+        assert tag and tag != "latest", f"{name}: image {image} is not pinned"
 
 
 BREAKAGES = {

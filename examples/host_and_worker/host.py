@@ -8,6 +8,7 @@ Admission returns once the turn is fsynced on local disk; the worker curates it 
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from temporalio.envconfig import ClientConfig
 
 from tempomem import CompletedTurn, MemoryStore, load_config
 
-CONFIG = Path(__file__).with_name("tempomem.json")
+# $TEMPOMEM_CONFIG (docker/compose.yaml's agent-host sets it), else the file beside this one.
+CONFIG = Path(os.environ.get("TEMPOMEM_CONFIG") or Path(__file__).with_name("tempomem.json"))
 
 
 async def main() -> None:

@@ -11,6 +11,7 @@ uses (here: Temporal's environment configuration, as every Temporal tool reads i
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from temporalio.envconfig import ClientConfig
 from tempomem import MemoryStore, load_config
 from tempomem.worker import run_worker
 
-CONFIG = Path(__file__).with_name("tempomem.json")
+# $TEMPOMEM_CONFIG, else the file beside this one (the host reads the same).
+CONFIG = Path(os.environ.get("TEMPOMEM_CONFIG") or Path(__file__).with_name("tempomem.json"))
 
 
 async def main() -> None:
