@@ -569,6 +569,7 @@ def print_tables(results: list[tuple[Row, Result]], n_questions: int, title: str
             for c in CATEGORIES
         )
         print(f"| {row.label} | {cells} |")
+    print_unreached(results)
     print(
         "\n### score scale: share of questions whose best score clears the recall floors (0.65 answer floor, "
         "0.62 automatic block)\n"
@@ -581,6 +582,24 @@ def print_tables(results: list[tuple[Row, Result]], n_questions: int, title: str
                 f"| {row.label} | {_mean([float(x >= 0.65) for x in r.top]):.3f} | "
                 f"{_mean([float(x >= 0.62) for x in r.top]):.3f} | {statistics.median(r.top):.3f} |"
             )
+
+
+def print_unreached(results: list[tuple[Row, Result]]) -> None:
+    """The questions no measured retriever answers: no row puts any evidence turn in its top 10. Only
+    rows scored on every question take part (held-out folds and subsets do not)."""
+    full = [r for _, r in results if results and len(r.r10) == max(len(x.r10) for _, x in results)]
+    if not full:
+        return
+    cats = full[0].cats
+    missed = [float(not any(r.r10[i] for r in full)) for i in range(len(cats))]
+    print(f"\n### no retriever finds any evidence in its top 10 ({len(full)} rows on every question)\n")
+    print("| all | " + " | ".join(f"{c} {CATEGORIES[c]}" for c in CATEGORIES) + " |")
+    print("|---|" + "---|" * len(CATEGORIES))
+    per_cat = []
+    for c in CATEGORIES:
+        picked = [m for m, k in zip(missed, cats, strict=True) if k == c]
+        per_cat.append(f"{_mean(picked):.3f} ({int(sum(picked))} of {len(picked)})")
+    print(f"| {_mean(missed):.3f} ({int(sum(missed))} of {len(missed)}) | " + " | ".join(per_cat) + " |")
 
 
 # ---------------------------------------------------------------------------------------------------
