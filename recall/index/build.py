@@ -56,6 +56,10 @@ from tempomem.recall.index.vectors import (
 from tempomem.storage.fsio import atomic_write, ensure_private_dir, read_private_file
 from tempomem.storage.markdown import Bullet, damaged_bullets, iter_bullets
 
+# Rows written per Arrow batch by a rebuild: bounds its peak memory (bench/cost_curves.py) without a
+# measurable cost in time.
+REBUILD_CHUNK_ROWS = 50_000
+
 
 class IndexBuild(IndexAccess):
     """The index with its writers (``rebuild``, ``upsert``)."""
@@ -160,7 +164,7 @@ class IndexBuild(IndexAccess):
                 cached=len(rows) if ident is not None else 0,
                 seconds=round(time.perf_counter() - started, 6),
             )
-        matrix: np.ndarray | None = None
+        have_vectors = False
         embedded = cached = 0
         known: dict[str, np.ndarray] = {}
         if ident is not None:
@@ -172,11 +176,7 @@ class IndexBuild(IndexAccess):
                 text_of = {r["content_hash"]: r["text"] for r in rows}
                 fresh = self._embed([text_of[h] for h in missing])
                 known.update(zip(missing, fresh, strict=True))
-            matrix = (
-                np.stack([known[r["content_hash"]] for r in rows])
-                if rows
-                else np.zeros((0, ident.dim), np.float32)
-            )
+            have_vectors = True
 
         generation = self._next_generation()
         gen_dir = self.generation_dir(generation)
@@ -187,23 +187,34 @@ class IndexBuild(IndexAccess):
             con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
             con.execute("INSERT INTO meta VALUES ('fts_seq', '0')")
             self._store_digest(con, len(rows), digest_of_rows((r["id"], r["row_digest"]) for r in rows))
-            if rows:
-                arrow_rows = pa.Table.from_pylist(rows, schema=ARROW_SCHEMA)
+            # In chunks: an Arrow copy of every row at once raised the peak (bench/cost_curves.py).
+            for start in range(0, len(rows), REBUILD_CHUNK_ROWS):
+                part = rows[start : start + REBUILD_CHUNK_ROWS]
+                arrow_rows = pa.Table.from_pylist(part, schema=ARROW_SCHEMA)
                 con.register("incoming", arrow_rows)
                 con.execute(f"INSERT INTO memories SELECT {', '.join(COLUMNS)} FROM incoming")
                 con.unregister("incoming")
             self._rebuild_fts(con)
 
-        if ident is not None and matrix is not None:
+        if ident is not None and have_vectors:
             import lancedb
 
             db = lancedb.connect(str(gen_dir / LANCE_DIR))
-            db.create_table(
-                LANCE_TABLE,
-                data=lance_batch(
-                    [r["id"] for r in rows], matrix, [r["content_hash"] for r in rows], ident.dim
-                ),
-            )
+            table = None
+            # The same chunks, so no full vector matrix is ever stacked beside the cache (1.5 KB a memory).
+            for start in range(0, max(len(rows), 1), REBUILD_CHUNK_ROWS):
+                chunk = rows[start : start + REBUILD_CHUNK_ROWS]
+                matrix = (
+                    np.stack([known[r["content_hash"]] for r in chunk])
+                    if chunk
+                    else np.zeros((0, ident.dim), np.float32)
+                )
+                ids, hashes = [r["id"] for r in chunk], [r["content_hash"] for r in chunk]
+                batch = lance_batch(ids, matrix, hashes, ident.dim)
+                if table is None:
+                    table = db.create_table(LANCE_TABLE, data=batch)
+                else:
+                    table.add(batch)
             # Keep only vectors of live text so the cache stays bounded by the store size.
             self._write_cache(ident, {r["content_hash"]: known[r["content_hash"]] for r in rows})
 
