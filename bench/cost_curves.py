@@ -47,20 +47,22 @@ def disk_bytes(path: Path) -> int:
 
 def one_size(n: int, n_queries: int) -> dict[str, float]:
     """Runs in the child: build, measure, return the figures."""
-    import numpy as np
 
-    from bench.recall import BruteForce, Memo, SyntheticEmbedder, make_texts, pct, write_markdown
+    from bench.recall import (
+        BruteForce,
+        Memo,
+        SyntheticEmbedder,
+        make_queries,
+        make_texts,
+        pct,
+        write_markdown,
+    )
     from tempomem.recall import profiles as P
     from tempomem.recall.index import MemoryIndex
 
     base_rss = rss_mb()
     texts = make_texts(n)
-    rng = np.random.default_rng(11)
-    queries = []
-    for i in rng.choice(n, size=n_queries, replace=False):
-        words = texts[int(i)].rstrip(".").split()
-        start = int(rng.integers(0, max(1, len(words) - 4)))
-        queries.append(" ".join(words[start : start + 4 + int(rng.integers(0, 3))]))
+    queries = make_queries(texts, n_queries)
     memo = Memo(SyntheticEmbedder())
     with tempfile.TemporaryDirectory(prefix=f"cost-{n}-") as tmp:
         root = Path(tmp)

@@ -309,15 +309,20 @@ def write_markdown(root: Path, texts: Sequence[str]) -> list[tuple[str, Bullet]]
     return items
 
 
-def run_size(n: int, mode: str, n_queries: int, profiles: list[P.RecallProfile], last: bool) -> None:
-    texts = make_texts(n)
-    rng = np.random.default_rng(11)
-    # Queries: fragments of stored sentences (real targets), some with a name or a date.
+def make_queries(texts: Sequence[str], n_queries: int, seed: int = 11) -> list[str]:
+    """Fragments of stored sentences (real targets), some with a name or a date."""
+    rng = np.random.default_rng(seed)
     queries = []
-    for i in rng.choice(n, size=n_queries, replace=False):
+    for i in rng.choice(len(texts), size=n_queries, replace=False):
         words = texts[int(i)].rstrip(".").split()
         start = int(rng.integers(0, max(1, len(words) - 4)))
         queries.append(" ".join(words[start : start + 4 + int(rng.integers(0, 3))]))
+    return queries
+
+
+def run_size(n: int, mode: str, n_queries: int, profiles: list[P.RecallProfile], last: bool) -> None:
+    texts = make_texts(n)
+    queries = make_queries(texts, n_queries)
     inner = SyntheticEmbedder() if mode == "synthetic" else real_embedder(mode)
     memo = Memo(inner)
     # For the "included" figures: the shipped default embedder (MiniLM) unless a real one indexed.
