@@ -394,6 +394,26 @@ def test_intent_fields_only_with_flag(fields: dict[str, Any], reason: str | None
         expect_violation(lambda: parse_extraction(raw, intent_lifecycle=True), reason)
 
 
+@pytest.mark.parametrize("state", ["planned", "pending"])
+def test_INTENT11_an_undated_plan_or_pending_intention_gets_no_date(state: str) -> None:
+    raw = plan_with(lambda p: p["memories"][0].update({"intentState": state}))
+    memory = parse_extraction(raw, intent_lifecycle=True).memories[0]
+    assert (memory.intent_state, memory.valid_to) == (state, None)
+    # A date cannot be smuggled in as an explicit null either: absent is the only way to say "none".
+    nulled = plan_with(lambda p: p["memories"][0].update({"intentState": state, "validTo": None}))
+    expect_violation(lambda: parse_extraction(nulled, intent_lifecycle=True), "type")
+
+
+def test_INTENT15_without_a_stated_zone_only_the_civil_date_is_kept() -> None:
+    civil = plan_with(lambda p: p["memories"][0].update({"intentState": "planned", "validTo": "2026-10-01"}))
+    assert parse_extraction(civil, intent_lifecycle=True).memories[0].valid_to == "2026-10-01"
+    # An end-of-day instant without its zone is refused rather than read in some assumed zone.
+    zoneless = plan_with(
+        lambda p: p["memories"][0].update({"intentState": "planned", "validTo": "2026-10-01T23:59:59.999"})
+    )
+    expect_violation(lambda: parse_extraction(zoneless, intent_lifecycle=True), "grammar")
+
+
 # -- UTF-16 length guard (CAP-11, AMB-13) --------------------------------------------------------------------
 
 
