@@ -246,6 +246,7 @@ async def test_journal_tier_server_over_stdio(tmp_path: Path) -> None:
 
 
 async def test_recall_tool_disabled_removes_both_read_tools(tmp_path: Path) -> None:
+    # POL-01: only an explicit `recallTool.enabled: false` withdraws the provisioned MemoryRecall.
     cfg = _write_config(tmp_path, recallTool={"enabled": False})
     async with mcp_session(cfg, tmp_path / "server.stderr") as session:
         assert await _tool_names(session) == ["Remember"]
@@ -266,6 +267,8 @@ async def test_recall_tool_disabled_removes_both_read_tools(tmp_path: Path) -> N
 
 async def test_remember_tool_disabled_removes_remember(tmp_path: Path) -> None:
     cfg = _write_config(tmp_path, rememberTool={"enabled": False})
+    # POL-01: no recallTool key at all, and MemoryRecall is provisioned from the one memory block.
+    assert "recallTool" not in json.loads(cfg.read_text(encoding="utf-8"))["memory"]
     async with mcp_session(cfg, tmp_path / "server.stderr") as session:
         assert await _tool_names(session) == ["MemoryRecall", "MemoryJournal"]
         with pytest.raises(MCPError):
