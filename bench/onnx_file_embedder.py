@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tempomem.recall.embedding import LOCAL_BATCH, LOCAL_MAX_TOKENS, TOKENIZER_PATH
-from tempomem.recall.embedding_types import EmbeddingIdentity, l2_normalise
+from tempomem.recall.embedding import LOCAL_BATCH, LOCAL_MAX_TOKENS, TOKENIZER_PATH, mean_pool
+from tempomem.recall.embedding_types import EmbeddingIdentity
 
 
 class OnnxFileEmbedder:
@@ -54,8 +54,7 @@ class OnnxFileEmbedder:
         if "token_type_ids" in self.input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
         (hidden,) = self.session.run([self.output_name], feeds)
-        weights = mask[:, :, None].astype(np.float32)
-        return l2_normalise((hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None))
+        return mean_pool(hidden, mask)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.empty((len(texts), self.identity.dim), dtype=np.float32)

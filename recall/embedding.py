@@ -28,6 +28,7 @@ __all__ = [
     "LocalMiniLMEmbedder",
     "l2_normalise",
     "make_embedder",
+    "mean_pool",
 ]
 
 LOCAL_PROVIDER = "local"
@@ -89,10 +90,13 @@ class _MiniLMRuntime:
         if "token_type_ids" in self.input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
         (hidden,) = self.session.run([self.output_name], feeds)
-        # Mean pooling over real tokens only (sentence-transformers' pooling for this model).
-        weights = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        return l2_normalise(pooled)
+        return mean_pool(hidden, mask)
+
+
+def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mean over real tokens only (sentence-transformers' pooling for MiniLM), then L2-normalised."""
+    weights = mask[:, :, None].astype(np.float32)
+    return l2_normalise((hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None))
 
 
 _RUNTIME: _MiniLMRuntime | None = None
