@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tempomem.storage.commit_order import CommitOrder
 from tempomem.storage.intake import Intake
 from tempomem.storage.store_ref import store_id
 from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
@@ -36,6 +38,7 @@ class CaptureSettings:
     focus: str | None = None
     only: tuple[str, ...] | None = None
     intent_lifecycle: bool = False
+    concurrency: int = 1  # memory.llm.concurrency: extraction/review calls of this store in flight
 
 
 class WrongStoreError(Exception):
@@ -53,15 +56,21 @@ class StoreContext:
     first_delay_seconds: int = 60
     capture: CaptureSettings | None = None
     turn_archive_days: int = TURN_ARCHIVE_DAYS_DEFAULT  # memory.capture.turnArchiveDays
+    # Set by run_worker when it runs this store's model stages on their own queue (issue #15 item 1).
+    model_task_queue: str | None = None
+    # Shared by every store a process runs, to cap the process's model calls (run_worker model_slots).
+    model_slots: asyncio.Semaphore | None = None
     store_id: str = field(init=False)
     # One Intake per context, so a SnapshotPublisher attached to it sees every transition.
     intake: Intake = field(init=False)
+    commit_order: CommitOrder = field(init=False)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
         self.store_id = store_id(self.root)
         self.intake = Intake(self.root)
         self.intake.archive_days = self.turn_archive_days
+        self.commit_order = CommitOrder(self.intake)
 
     def check(self, requested_store_id: str) -> None:
         if requested_store_id != self.store_id:

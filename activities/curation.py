@@ -103,10 +103,16 @@ class CurationActivities:
     async def _complete(
         self, messages: list, *, classifier: bool = False, override: str | None = None
     ) -> str:
-        call = self._model(classifier=classifier, override=override).complete(
-            messages, timeout_s=self.settings.timeout_ms / 1000
-        )
-        return await heartbeating(call)
+        model = self._model(classifier=classifier, override=override)
+        slots = self.ctx.model_slots
+        if slots is None:
+            return await heartbeating(model.complete(messages, timeout_s=self.settings.timeout_ms / 1000))
+        # The process-wide cap on model calls across stores (run_worker model_slots); waiting heartbeats.
+        await heartbeating(slots.acquire())
+        try:
+            return await heartbeating(model.complete(messages, timeout_s=self.settings.timeout_ms / 1000))
+        finally:
+            slots.release()
 
     # -- extraction (CAP-02) --------------------------------------------------------------------------
     @activity.defn(name=EXTRACT)
@@ -183,6 +189,13 @@ class CurationActivities:
             if plan is None:
                 raise CaptureFailure(FailureCategory.STORAGE_ERROR)
             calls = 0
+            if plan.decisions is None and inp.ordered:
+                # Commits follow admission order (issue #15 item 1): an earlier turn still in flight
+                # reconciles first, so this one sees what it committed. Nothing decided, nothing written.
+                order = self.ctx.commit_order
+                ahead = await run_blocking(lambda: order.blocking(inp.intake_id, now=utc_now()))
+                if ahead is not None:
+                    return StageResult(0, 0, plan.digest(), deferred=True)
             if plan.decisions is None:
                 decisions, calls = await self._decide(payload, plan, final_attempt=inp.final_attempt)
                 # The durable capture intent: decisions + run-derived ids, before any canonical write.

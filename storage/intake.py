@@ -329,6 +329,12 @@ class Intake:
         except ValidationError:
             raise IntakeCorruptError(f"state of intake record {record_id} is malformed") from None
 
+    def pending_state(self, record_id: str) -> ProcessingState | None:
+        """The processing state of a pending record, or None once it is no longer pending."""
+        if self._locate(record_id) is not RecordState.PENDING:
+            return None
+        return self._load_state(self.pending_dir, record_id)
+
     def receipt(self, record_id: str) -> Receipt:
         """The content-free receipt of a resolved record."""
         return self._load_receipt(check_record_id(record_id))

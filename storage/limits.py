@@ -41,6 +41,11 @@ ASSISTANT_SALIENCE_FLOOR = 0.5  # LIM-20
 SAME_ENTITY_LINES = 3  # LIM-21
 LLM_TIMEOUT_MS_DEFAULT = 60_000  # LIM-22
 CAPTURE_FOCUS_MAX_BYTES = 2048  # LIM-23
+# Parallel model stages, ordered commits (issue #15 item 1; docs/decisions.md "Parallel model calls").
+LLM_CONCURRENCY_DEFAULT = 4  # memory.llm.concurrency: extraction/review calls in flight per store
+LLM_CONCURRENCY_MAX = 64
+ORDER_RECHECK_SECONDS = 5  # a capture waiting for its turn looks again this often without a signal
+ORDER_WAIT_MAX_SECONDS = 300  # then it stops waiting for an earlier turn that is not progressing
 
 # Replay sidecar (RPL-05)
 SIDECAR_MAX_BYTES = 32 * MIB  # LIM-24

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from tempomem.workflows.recurate import RecurateProgress
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # == activities.recurate.RUN_ID
+# Archived turns re-admitted per activity, and captures in flight (issue #15 item 1).
+RECURATE_BATCH_DEFAULT = 16
+RECURATE_WINDOW_DEFAULT = 8
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 
 
@@ -89,9 +92,17 @@ def make_request(
 
 
 async def start_recurate(
-    client: Client, store: MemoryStore, req: RecurateRequest, *, batch_size: int = 1
+    client: Client,
+    store: MemoryStore,
+    req: RecurateRequest,
+    *,
+    batch_size: int = RECURATE_BATCH_DEFAULT,
+    window: int = RECURATE_WINDOW_DEFAULT,
 ) -> WorkflowHandle[Any, RecurateProgress]:
-    """Start (or re-attach to) the re-curation ``req.run_id`` of ``store``; its worker does the work."""
+    """Start (or re-attach to) the re-curation ``req.run_id`` of ``store``; its worker does the work.
+
+    ``window`` captures run at once (their model calls overlap up to ``memory.llm.concurrency``); the
+    commits stay in admission order whatever it is."""
     from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
     from tempomem.activities.sweep import search_attributes_registered
@@ -110,6 +121,7 @@ async def start_recurate(
         model=req.model,
         dry_run=req.dry_run,
         batch_size=batch_size,
+        window=window,
         first_delay_seconds=store.first_delay_seconds,
         search_attributes=await search_attributes_registered(client),
     )

@@ -96,6 +96,7 @@ def capture_settings(
         llm_model=memory.llm.model,
         llm_endpoint=memory.llm.effective_endpoint,
         timeout_ms=memory.llm.timeout_ms,
+        concurrency=memory.llm.concurrency,
         llm_api_key=secret(memory.llm.api_key, memory.llm.api_key_env, "memory.llm.apiKeyEnv"),
         providers=providers,
         host_client=host_client,

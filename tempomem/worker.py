@@ -38,7 +38,7 @@ from tempomem.storage.intake_snapshot import Sink, SnapshotPublisher
 from tempomem.storage.intake_tidy import TidyReport, tidy
 from tempomem.storage.limits import SHUTDOWN_DRAIN_SECONDS
 from tempomem.workflows.capture import CaptureWorkflow
-from tempomem.workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
+from tempomem.workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult, model_task_queue
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 
 if TYPE_CHECKING:
@@ -68,6 +68,19 @@ def store_activities(ctx: StoreContext) -> Sequence[Any]:
         curation.reconcile,
         sweep.sweep,
     ]
+
+
+def model_stage_activities(ctx: StoreContext) -> Sequence[Any]:
+    """Extraction and review: the model stages that may run in parallel across turns (issue #15)."""
+    curation = CurationActivities(ctx)
+    return [curation.extract, curation.review]
+
+
+def model_concurrency(ctx: StoreContext) -> int:
+    """How many model-stage activities of this store run at once; 1 keeps them on the serial queue."""
+    if ctx.capture is None or ctx.write_mode != "capture":
+        return 1
+    return ctx.capture.concurrency
 
 
 def backfill_worker_extras(
@@ -134,8 +147,21 @@ def store_worker_parts(store: MemoryStore | StoreContext, client: Client) -> Wor
     )
 
 
+def build_model_worker(client: Client, ctx: StoreContext, queue: str) -> Worker:
+    """The store's model stages, ``memory.llm.concurrency`` at a time, on their own task queue. Commits
+    stay on the serial queue in admission order (storage.commit_order), so only model calls overlap."""
+    return Worker(
+        client,
+        task_queue=queue,
+        activities=model_stage_activities(ctx),
+        max_concurrent_activities=model_concurrency(ctx),
+        graceful_shutdown_timeout=timedelta(seconds=SHUTDOWN_DRAIN_SECONDS),
+    )
+
+
 def build_worker(client: Client, ctx: StoreContext, *, executor: concurrent.futures.Executor) -> Worker:
-    """One activity at a time: captures of one store never race each other (INTAKE-15)."""
+    """One activity at a time on the store's queue: captures of one store never race each other
+    (INTAKE-15); extraction and review may run on the model queue beside it (``build_model_worker``)."""
     parts = store_worker_parts(ctx, client)
     return Worker(
         client,
@@ -176,13 +202,16 @@ async def run_worker(
     stop: asyncio.Event,
     schedule: bool = True,
     snapshot_sinks: list[Sink] | None = None,
+    model_slots: asyncio.Semaphore | None = None,
 ) -> SweepResult:
     """Run until ``stop`` is set; shutdown drains for up to 10 s (INTAKE-16). Returns the start sweep.
 
     Snapshots of the intake are republished after every transition this worker makes (INTAKE-31),
-    including the shutdown state.
+    including the shutdown state. ``model_slots``, shared by the stores one process runs, caps that
+    process's model calls in flight across them (each store's own cap is ``memory.llm.concurrency``).
     """
     ctx.client = client
+    ctx.model_slots = model_slots
     if ctx.capture is not None and ctx.write_mode == "capture":
         check_capture_models(ctx.capture)  # refuse now rather than fail every turn for 44.5 h
     publisher = SnapshotPublisher(ctx.intake, snapshot_sinks)
@@ -217,7 +246,10 @@ async def _run(
                 ", ".join(f"{q.id} ({q.reason})" for q in tidied.quarantined) or "none",
             )
         worker = build_worker(client, ctx, executor=executor)
-        async with worker:
+        parallel = model_concurrency(ctx) > 1
+        ctx.model_task_queue = model_task_queue(ctx.task_queue) if parallel else None
+        model_worker = build_model_worker(client, ctx, ctx.model_task_queue) if ctx.model_task_queue else None
+        async with worker, model_worker or contextlib.nullcontext():
             if not await register_search_attributes(client):
                 log.warning(
                     "search attributes not registered on %s; workflows start without them", client.namespace

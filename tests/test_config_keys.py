@@ -51,6 +51,7 @@ EFFECT: dict[str, str] = {
     "memory.llm.endpoint": REGISTRY,
     "memory.llm.timeoutMs": "test_config_keys.py::test_llm_timeout_bounds_each_model_call",
     "memory.llm.apiKey": KEY_ENV_UNSET,
+    "memory.llm.concurrency": "test_parallel_capture.py::test_model_stages_overlap_up_to_the_store_limit",
     "memory.llm.apiKeyEnv": REGISTRY,
     "memory.capture": "test_capture_pipeline.py::test_capture_only_and_task_lines",
     "memory.capture.reconcileModel": CLASSIFIER_INHERITS,

@@ -6,6 +6,8 @@ and return counts; attempts and due times are persisted in the record before eac
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
@@ -13,10 +15,16 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
+    from tempomem.storage.limits import (
+        ORDER_RECHECK_SECONDS,
+        ORDER_WAIT_MAX_SECONDS,
+        RETRY_MAX_ATTEMPTS,
+        retry_delay_seconds,
+    )
     from tempomem.workflows import search_attributes as sa
     from tempomem.workflows.common import (
         BEGIN_ATTEMPT,
+        COMMIT_TURN_SIGNAL,
         DEAD_LETTER,
         EXTRACT,
         PROJECT,
@@ -40,6 +48,7 @@ _NO_RETRY = RetryPolicy(maximum_attempts=1)
 _SHORT = timedelta(seconds=30)
 _STAGE = timedelta(minutes=10)
 _HEARTBEAT = timedelta(seconds=10)
+_MODEL_QUEUE_WAIT = timedelta(minutes=30)
 SKIP_EMPTY_REVIEW = "skip-empty-review-v1"
 
 
@@ -62,6 +71,7 @@ class CaptureWorkflow:
         self._stage = "begin"
         self._last_failure: str | None = None
         self._publish_attributes = False
+        self._turn_signalled = False
 
     def _publish(self) -> None:
         """Mirror attempt and state into search attributes (content-free) so the UI can filter on them."""
@@ -73,6 +83,11 @@ class CaptureWorkflow:
     @workflow.query(name="status")
     def status(self) -> CaptureStatus:
         return CaptureStatus(self._intake_id, self._state, self._attempt, self._stage, self._last_failure)
+
+    @workflow.signal(name=COMMIT_TURN_SIGNAL)
+    def commit_turn(self) -> None:
+        """The turn ahead of this one left flight: look again whether it is this one's turn to commit."""
+        self._turn_signalled = True
 
     @workflow.run
     async def run(self, inp: CaptureInput) -> CaptureOutcome:
@@ -141,15 +156,12 @@ class CaptureWorkflow:
                 ):
                     continue
                 self._stage = stage
-                result: StageResult = await workflow.execute_activity(
-                    name,
-                    curation,
-                    result_type=StageResult,
-                    start_to_close_timeout=_STAGE,
-                    heartbeat_timeout=_HEARTBEAT,
-                    retry_policy=_NO_RETRY,
-                    summary=stage,
-                )
+                # Extraction and review of different turns run in parallel on the model queue when the
+                # worker offers one; the rest stays on the store's serial queue (issue #15 item 1).
+                queue = info.model_task_queue if name in (EXTRACT, REVIEW) else None
+                result = await self._stage_activity(name, curation, stage, queue)
+                if stage == "reconciliation":
+                    result = await self._await_turn(curation, result)
                 calls += result.model_calls
                 if stage == "extraction":
                     extracted = result
@@ -158,6 +170,48 @@ class CaptureWorkflow:
         self._stage = "resolve"
         await self._short(RESOLVE, ref, None)
         return lines, calls
+
+    async def _stage_activity(
+        self, name: str, curation: CurationInput, summary: str, queue: str | None
+    ) -> StageResult:
+        return await workflow.execute_activity(
+            name,
+            curation,
+            result_type=StageResult,
+            task_queue=queue,
+            # A model queue nobody polls any more (the worker restarted with concurrency 1) fails the
+            # attempt instead of waiting forever; the retry's begin_attempt names the queue anew.
+            schedule_to_start_timeout=_MODEL_QUEUE_WAIT if queue is not None else None,
+            start_to_close_timeout=_STAGE,
+            heartbeat_timeout=_HEARTBEAT,
+            retry_policy=_NO_RETRY,
+            summary=summary,
+        )
+
+    async def _await_turn(self, curation: CurationInput, result: StageResult) -> StageResult:
+        """Reconciliation deferred while an earlier-admitted turn is in flight: wait for the signal that it
+        left flight (or look again every ORDER_RECHECK_SECONDS) and ask again. After ORDER_WAIT_MAX_SECONDS
+        of waiting, commit without waiting for a turn that is not progressing."""
+        started = workflow.now()
+        while result.deferred:
+            self._stage = "awaiting_turn"
+            if not self._turn_signalled:
+                # builtins: temporalio.exceptions.TimeoutError (an activity timeout) shadows the name here
+                with contextlib.suppress(builtins.TimeoutError):
+                    await workflow.wait_condition(
+                        lambda: self._turn_signalled, timeout=timedelta(seconds=ORDER_RECHECK_SECONDS)
+                    )
+            self._turn_signalled = False
+            waited = workflow.now() - started
+            ordered = waited < timedelta(seconds=ORDER_WAIT_MAX_SECONDS)
+            self._stage = "reconciliation"
+            result = await self._stage_activity(
+                RECONCILE,
+                CurationInput(curation.intake_id, curation.store_id, curation.final_attempt, ordered),
+                "reconciliation" if ordered else "reconciliation (stopped waiting for earlier turns)",
+                None,
+            )
+        return result
 
     async def _dead_letter(self, ref: RecordRef, attempt: int, category: str) -> CaptureOutcome:
         self._stage = "dead_letter"

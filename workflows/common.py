@@ -20,6 +20,8 @@ PROJECT = "capture.project"
 EXTRACT = "capture.extract"
 REVIEW = "capture.review"
 RECONCILE = "capture.reconcile"
+# Signalled to a capture waiting for its turn to commit when the turn ahead of it stops being in flight.
+COMMIT_TURN_SIGNAL = "commit_turn"
 
 
 # Versioned change (#13 item 3): child captures started by backfill and re-curation carry the store id.
@@ -30,6 +32,11 @@ def capture_workflow_id(store_id: str, intake_id: str) -> str:
     """``capture-<store id>-<64-hex intake id>``: a start for the same run of the same store is
     idempotent, and two stores that admit the same run id never share a workflow (ARCHITECTURE.md)."""
     return f"capture-{store_id}-{intake_id}"
+
+
+def model_task_queue(task_queue: str) -> str:
+    """The queue a store's model stages run on when they run in parallel (``memory.llm.concurrency``)."""
+    return f"{task_queue}-model"
 
 
 def legacy_capture_workflow_id(intake_id: str) -> str:
@@ -59,6 +66,9 @@ class AttemptInfo:
     pending: bool
     write_mode: str
     tier: str
+    # Where extraction and review run: the store's model queue when its worker runs them in parallel
+    # (issue #15); None (and in results recorded before it existed) on the store's own serial queue.
+    model_task_queue: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,8 @@ class CurationInput:
     intake_id: str
     store_id: str
     final_attempt: bool
+    # False once the capture waited ORDER_WAIT_MAX for earlier turns: then it commits without waiting.
+    ordered: bool = True
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,9 @@ class StageResult:
     # Extraction only: whether any line is eligible for review (CAP-40). False lets the workflow skip the
     # review activity; absent from payloads recorded before it existed, hence True (review runs).
     review_needed: bool = True
+    # Reconciliation only: an earlier-admitted turn is still in flight, so nothing was decided or written;
+    # the workflow waits for its turn (COMMIT_TURN_SIGNAL) and asks again.
+    deferred: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,11 @@ Real run: ``recurate.admit`` re-admits the next archived turn(s) of the range, o
 fresh intake records with derived ids (``sha256("recurate:<run id>:<original id>")``, so a re-run of the
 same run id finds every one in the ledger and admits nothing twice). Each pending one is curated by the
 ordinary ``CaptureWorkflow`` as a child — same 16-attempt budget, retained plan, crash-idempotent commit
-— one at a time, so each reconciliation sees the previous turn's result. The workflow continues as new
-every ``continue_as_new_every`` turns with a cursor (admission instant, original id).
+— up to ``window`` at a time (issue #15): their model stages overlap, and each reconciliation still
+sees the earlier turns' results, because a capture commits only after every earlier-admitted turn in
+flight (``storage.commit_order``). Runs started before the window existed keep one at a time. The
+workflow continues as new every ``continue_as_new_every`` turns with a cursor (admission instant,
+original id).
 
 Dry run: one ``recurate.dry_run`` activity curates the same records against a scratch copy of the store
 and writes a unified diff of the canonical Markdown to ``<root>/.recurate/<run id>.diff`` (0600).
@@ -17,6 +20,7 @@ and writes a unified diff of the canonical Markdown to ``<root>/.recurate/<run i
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,6 +36,8 @@ RECURATE_WORKFLOW = "RecurateWorkflow"
 RECURATE_ADMIT = "recurate.admit"
 RECURATE_DRY_RUN = "recurate.dry_run"
 PROGRESS_QUERY = "progress"
+# Versioned change (#15 item 1): the captures of one admitted batch run ``window`` at a time.
+RECURATE_WINDOW = "recurate-window-v1"
 
 
 def recurate_workflow_id(store_id: str, run_id: str, *, dry_run: bool) -> str:
@@ -67,7 +73,8 @@ class RecurateInput:
     until: str | None = None  # YYYY-MM-DD inclusive; None = up to now
     model: str | None = None  # a memory.llm.model name override, never text
     dry_run: bool = False
-    batch_size: int = 1  # turns admitted per activity; 1 keeps reconciliation strictly in admission order
+    batch_size: int = 1  # turns admitted per activity
+    window: int = 1  # captures in flight; commits stay in admission order whatever it is
     continue_as_new_every: int = 500
     first_delay_seconds: int = 60
     search_attributes: bool = False
@@ -143,8 +150,10 @@ class RecurateWorkflow:
 
     @workflow.run
     async def run(self, inp: RecurateInput) -> RecurateProgress:
-        if inp.batch_size < 1 or inp.continue_as_new_every < 1:
-            raise ApplicationError("batch_size and continue_as_new_every must be ≥ 1", non_retryable=True)
+        if inp.batch_size < 1 or inp.continue_as_new_every < 1 or inp.window < 1:
+            raise ApplicationError(
+                "window, batch_size and continue_as_new_every must be ≥ 1", non_retryable=True
+            )
         p = self._p = dataclasses.replace(inp.progress) if inp.progress else RecurateProgress()
         if inp.dry_run:
             return await self._dry_run(inp)
@@ -180,9 +189,12 @@ class RecurateWorkflow:
             p.duplicates += batch.duplicates
             handled += batch.turns
             self._report()
-            for intake_id in batch.capture:  # one at a time: reconciliation order = admission order
-                await self._capture(inp, intake_id)
-                self._report()
+            if inp.window > 1 and workflow.patched(RECURATE_WINDOW):
+                await self._capture_window(inp, list(batch.capture))
+            else:
+                for intake_id in batch.capture:  # histories from before the window: one at a time
+                    await self._capture(inp, intake_id)
+                    self._report()
             if batch.eof:
                 break
         p.done = True
@@ -213,6 +225,18 @@ class RecurateWorkflow:
         p.done = True
         self._report()
         return p
+
+    async def _capture_window(self, inp: RecurateInput, captures: list[str]) -> None:
+        """The batch's captures, ``inp.window`` in flight, started in admission order."""
+        running: set[asyncio.Task[None]] = set()
+        for intake_id in captures:
+            if len(running) >= inp.window:
+                _, running = await workflow.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                self._report()
+            running.add(asyncio.create_task(self._capture(inp, intake_id)))
+        if running:
+            await workflow.wait(running)
+        self._report()
 
     async def _capture(self, inp: RecurateInput, intake_id: str) -> None:
         child = await capture_child(

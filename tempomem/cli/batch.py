@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tempomem import backfill, recurate
+from tempomem.cli.common import positive_int
 
 if TYPE_CHECKING:
     from tempomem.workflows.backfill import BackfillProgress
@@ -206,6 +207,19 @@ def add_recurate_arguments(p: argparse.ArgumentParser) -> None:
         help="names this re-curation (default: the UTC start time); the same id again admits nothing twice "
         "and re-attaches to a running one",
     )
+    p.add_argument(
+        "--window",
+        type=positive_int,
+        default=recurate.RECURATE_WINDOW_DEFAULT,
+        help="captures in flight at once (default %(default)s); their model calls overlap up to "
+        "memory.llm.concurrency, and commits stay in admission order",
+    )
+    p.add_argument(
+        "--batch",
+        type=positive_int,
+        default=recurate.RECURATE_BATCH_DEFAULT,
+        help="archived turns re-admitted per activity (default %(default)s)",
+    )
     p.add_argument("--worker", action="store_true", help="run this store's worker in this process too")
     p.add_argument("--json", action="store_true", help="print the final counts (and diff path) as JSON")
 
@@ -234,7 +248,9 @@ def cmd_recurate(args: argparse.Namespace) -> int:
 
     async def main() -> RecurateProgress:
         client = await connect(store.config, store.base_dir)
-        handle = await recurate.start_recurate(client, store, req)
+        handle = await recurate.start_recurate(
+            client, store, req, batch_size=args.batch, window=args.window
+        )
         print(f"recurate {handle.id} on task queue {store.task_queue}", file=sys.stderr, flush=True)
         async with worker_in_process(client, store, enabled=args.worker) as worker:
             if worker is None:

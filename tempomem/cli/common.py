@@ -18,6 +18,17 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2  # also: unknown intake id
 EXIT_AGENT_RUNNING = 3  # AMB-02: the liveness fence is held
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number ≥ 1 (a usage error, naming the value, otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
 EXIT_RETAINED_PLAN = 4  # CLI-05: resolve refused
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a reader that went away
 DEFAULT_CONFIG = "tempomem.json"

@@ -23,6 +23,8 @@ from tempomem.storage.limits import (
     AUTO_CONTEXT_MAX_BYTES,
     CAPTURE_FOCUS_MAX_BYTES,
     EMBEDDING_DIM_DEFAULT,
+    LLM_CONCURRENCY_DEFAULT,
+    LLM_CONCURRENCY_MAX,
     LLM_TIMEOUT_MS_DEFAULT,
     MAX_BYTES_DEFAULT,
     OLLAMA_ENDPOINT_DEFAULT,
@@ -201,6 +203,9 @@ class LlmConfig(_Model):
     # A bearer key for a hosted endpoint: inline, or (better) the name of an environment variable.
     api_key: NonEmptyStr | None = None
     api_key_env: NonEmptyStr | None = None
+    # Extraction and review calls of different turns in flight at once for this store (issue #15); the
+    # commits stay one at a time, in admission order. 1 runs every stage on the store's one queue.
+    concurrency: int = Field(default=LLM_CONCURRENCY_DEFAULT, ge=1, le=LLM_CONCURRENCY_MAX)
 
     @field_validator("endpoint")
     @classmethod

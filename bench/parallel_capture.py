@@ -1,0 +1,265 @@
+"""Backfill and re-curation at model speed (issue #15 item 1): model calls in parallel, commits in order.
+
+A BuJo capture store backfills ``--turns`` LoCoMo dialog turns (re-dated to the last day, so the turn
+archive keeps them), then re-curates all of them, through a real dev server and the store's real worker.
+The chat model is the scripted server of the tests behind real HTTP on loopback, answering concurrent
+requests after ``--latency`` ± ``--jitter`` seconds (uniform, seeded): extraction says one line per turn,
+review keeps it, reconciliation adds it.
+
+The ideal is what the model alone allows: the parallel calls (extraction, review) spread over
+``--concurrency`` slots, the serial ones (reconciliation, one at a time in admission order) end to end:
+``max(parallel calls × mean latency / concurrency, serial calls × mean latency)``. Throughput is printed
+against it; everything else (Temporal dispatch, commits, index upserts) is what keeps a run below it.
+Run ``--latency 0`` to see that orchestration floor alone.
+
+Usage: python bench/parallel_capture.py [LOCOMO.json] [--turns 500] [--concurrency 8] [--window 16]
+       [--latency 0.4] [--jitter 0.1]
+Prints figures; asserts nothing (timings never belong in tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+
+from tempomem.activities.backfill import load_locomo  # noqa: E402
+from tempomem.backfill import run_backfill, write_jsonl  # noqa: E402
+from tempomem.config import load_config_data  # noqa: E402
+from tempomem.devserver import temporal_cli  # noqa: E402
+from tempomem.recurate import make_request, run_recurate  # noqa: E402
+from tempomem.storage.turn import CompletedTurn  # noqa: E402
+from tempomem.store import MemoryStore  # noqa: E402
+from tempomem.worker import run_worker  # noqa: E402
+from tempomem.workflows import search_attributes  # noqa: E402
+from tests.scripted_model import ScriptedModelServer  # noqa: E402
+
+# $TEMPOMEM_LOCOMO, else ../shared/data/locomo/ beside the repository (never a machine path)
+DEFAULT_FILE = Path(os.environ.get("TEMPOMEM_LOCOMO") or ROOT.parent / "shared/data/locomo/locomo-dev.json")
+
+
+@dataclass
+class Model:
+    """The scripted model's behaviour and what it saw: calls by kind, latencies slept, most in flight."""
+
+    latency: float
+    jitter: float
+    rng: random.Random = field(default_factory=lambda: random.Random(15))
+    calls: Counter[str] = field(default_factory=Counter)
+    slept: list[float] = field(default_factory=list)
+    in_flight: int = 0
+    most: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answer(self, request: dict[str, Any]) -> str:
+        system = request["messages"][0]["content"]
+        kind = (
+            "extract"
+            if system.startswith("You extract")
+            else "review"
+            if system.startswith("You review")
+            else "reconcile"
+        )
+        with self.lock:
+            self.calls[kind] += 1
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            delay = max(0.0, self.latency + self.rng.uniform(-self.jitter, self.jitter))
+            self.slept.append(delay)
+        try:
+            time.sleep(delay)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+        if kind == "extract":
+            turn = json.loads(request["messages"][1]["content"].split("<turn>\n", 1)[1].split("\n</turn>")[0])
+            said = turn[0]["text"][:160]
+            line = {"text": f"The user said: {said}", "kind": "fact", "source": "user", "salience": 0.8}
+            line["entities"] = []
+            return json.dumps({"memories": [line], "entities": [], "relations": []})
+        if kind == "review":
+            lines = json.loads(
+                request["messages"][1]["content"].split("<lines>\n", 1)[1].rsplit("\n</lines>", 1)[0]
+            )
+            return json.dumps({"decisions": [{"line": x["line"], "decision": "keep"} for x in lines]})
+        return json.dumps({"decisions": [{"index": 0, "action": "ADD"}]})
+
+    def snapshot(self) -> tuple[Counter[str], int]:
+        with self.lock:
+            return Counter(self.calls), len(self.slept)
+
+
+def turns_from(path: Path, count: int) -> list[CompletedTurn]:
+    """The first ``count`` LoCoMo dialog turns (synthetic ones when the file is absent), re-dated to
+    one-second steps within the last day so the turn archive keeps them for re-curation."""
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=20)
+    if path.exists():
+        source = [i.turn for i in load_locomo(path) if i.turn is not None][:count]
+    else:
+        print(f"note: {path} absent; synthetic turns", file=sys.stderr)
+        source = []
+    out = []
+    for n in range(count):
+        if n < len(source):
+            turn = source[n].model_copy(update={"admitted_at": base + timedelta(seconds=n)})
+        else:
+            turn = CompletedTurn(
+                run_id=f"bench-{n}",
+                conversation_id="bench:c",
+                speaker_kind="human-turn",
+                user_text=f"My locker number {n} is painted colour {n % 17}.",
+                final_answer="Noted.",
+                admitted_at=base + timedelta(seconds=n),
+            )
+        out.append(turn)
+    return out
+
+
+def report(
+    name: str, turns: int, seconds: float, model: Model, before: tuple[Counter[str], int], args
+) -> None:
+    calls, slept_before = before
+    now_calls, _ = model.snapshot()
+    delta = {k: now_calls[k] - calls[k] for k in ("extract", "review", "reconcile")}
+    slept = model.slept[slept_before:]
+    mean = sum(slept) / len(slept) if slept else 0.0
+    parallel = delta["extract"] + delta["review"]
+    ideal = max(parallel * mean / args.concurrency, delta["reconcile"] * mean)
+    rate = turns / seconds
+    print(
+        f"{name:<12} {turns} turns in {seconds:6.1f} s = {rate:5.2f} turns/s   "
+        f"calls: extract {delta['extract']}, review {delta['review']}, "
+        f"reconcile {delta['reconcile']} (mean latency {1000 * mean:.0f} ms)"
+    )
+    if ideal > 0:
+        print(
+            f"{'':<12} model-bound ideal {ideal:6.1f} s = {turns / ideal:5.2f} turns/s   "
+            f"achieved {100 * ideal / seconds:.0f}% of ideal"
+        )
+
+
+async def breakdown(client: Any, seen: set[str]) -> None:
+    """From the histories of the capture workflows not yet seen: per activity type, how many ran and
+    their summed and median work (started → completed); and how often a commit waited for its turn."""
+    work: dict[str, list[float]] = {}
+    signals = timers = 0
+    async for w in client.list_workflows("WorkflowType = 'CaptureWorkflow'"):
+        if w.id in seen:
+            continue
+        seen.add(w.id)
+        history = await client.get_workflow_handle(w.id, run_id=w.run_id).fetch_history()
+        at = {e.event_id: e.event_time.ToDatetime() for e in history.events}
+        kind: dict[int, str] = {}
+        for e in history.events:
+            if e.HasField("activity_task_scheduled_event_attributes"):
+                kind[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+            elif e.HasField("activity_task_completed_event_attributes"):
+                done = e.activity_task_completed_event_attributes
+                seconds = (at[e.event_id] - at[done.started_event_id]).total_seconds()
+                work.setdefault(kind[done.scheduled_event_id], []).append(seconds)
+            elif e.HasField("workflow_execution_signaled_event_attributes"):
+                signals += 1
+            elif e.HasField("timer_fired_event_attributes"):
+                timers += 1
+    for name, times in sorted(work.items()):
+        print(
+            f"{'':<12} {name:<22} {len(times):5d} runs, {sum(times):7.1f} s in all, "
+            f"median {1000 * statistics.median(times):6.1f} ms"
+        )
+    print(f"{'':<12} commit-turn signals received {signals}, re-checks after waiting {timers}")
+
+
+async def run(args: argparse.Namespace) -> None:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli()),
+        dev_server_log_level="error",
+        search_attributes=search_attributes.ALL,
+    )
+    model = Model(args.latency, args.jitter)
+    server = ScriptedModelServer([model.answer] * (10 * args.turns)).start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-parallel-") as tmp:
+            source = Path(tmp) / "turns.jsonl"
+            write_jsonl(source, turns_from(Path(args.file), args.turns))
+            llm = {"provider": "ollama", "model": "scripted", "endpoint": server.url}
+            llm["concurrency"] = args.concurrency
+            config = load_config_data(
+                {
+                    "memory": {
+                        "mode": "bujo",
+                        "writeMode": "capture",
+                        "path": str(Path(tmp) / "mem"),
+                        "embeddings": {"provider": "local"},
+                        "llm": llm,
+                    }
+                }
+            )
+            store = MemoryStore(config, client=env.client, first_delay_seconds=1)
+            stop = asyncio.Event()
+            worker = asyncio.create_task(
+                run_worker(env.client, store.worker_context(env.client), stop=stop, schedule=False)
+            )
+            try:
+                print(
+                    f"store        bujo/capture, memory.llm.concurrency {args.concurrency}, "
+                    f"window {args.window}, model latency {args.latency:g} s ± {args.jitter:g} s"
+                )
+                before = model.snapshot()
+                started = time.perf_counter()
+                done = await run_backfill(env.client, store, source, window=args.window, batch_size=64)
+                report("backfill", done.resolved, time.perf_counter() - started, model, before, args)
+                seen: set[str] = set()
+                await breakdown(env.client, seen)
+                if done.resolved != args.turns:
+                    print(
+                        f"             (admitted {done.admitted}, resolved {done.resolved}, dead {done.dead})"
+                    )
+                since = (datetime.now(UTC) - timedelta(days=1)).date().isoformat()
+                req = make_request(store, since=since, run_id="bench")
+                before = model.snapshot()
+                started = time.perf_counter()
+                again = await run_recurate(env.client, store, req, window=args.window, batch_size=16)
+                report("re-curation", again.resolved, time.perf_counter() - started, model, before, args)
+                await breakdown(env.client, seen)
+                print(f"{'':<12} most model calls in flight at once: {model.most}")
+            finally:
+                stop.set()
+                await worker
+    finally:
+        server.close()
+        await env.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("file", nargs="?", default=str(DEFAULT_FILE))
+    parser.add_argument("--turns", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=8, help="memory.llm.concurrency (1: serial)")
+    parser.add_argument("--window", type=int, default=16, help="captures in flight (backfill, recurate)")
+    parser.add_argument("--latency", type=float, default=0.4, help="mean model latency, seconds")
+    parser.add_argument("--jitter", type=float, default=0.1, help="± uniform jitter, seconds")
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Which turn of a store commits next: model stages run in parallel, commits follow admission order.
+
+A turn is *in flight* while it is pending, has begun an attempt and is not waiting out a backoff: its
+workflow is running it now. A turn may reconcile and commit only when no turn admitted before it (by
+admission instant, then id) is in flight, so a later statement is always reconciled against the earlier
+ones it may supersede (issue #15 item 1). A turn that has not begun an attempt, waits in backoff or is
+dead holds nobody back: it commits when it runs again, after the turns that went ahead. Reads only ids,
+instants and counters; never text.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tempomem.storage.intake import Intake, IntakeError, RecordState
+from tempomem.storage.intake_records import parse_instant
+
+
+class CommitOrder:
+    """The commit order of one store's intake. Admission instants are immutable, so they are cached."""
+
+    def __init__(self, intake: Intake) -> None:
+        self.intake = intake
+        self._admitted: dict[str, tuple[datetime, str]] = {}
+
+    def _key(self, record_id: str) -> tuple[datetime, str] | None:
+        key = self._admitted.get(record_id)
+        if key is None:
+            try:
+                key = (parse_instant(self.intake.load_payload(record_id).admitted_at), record_id)
+            except IntakeError:  # resolved meanwhile, or unreadable: it orders nothing
+                return None
+            self._admitted[record_id] = key
+        return key
+
+    def in_flight(self, record_id: str, *, now: datetime) -> bool:
+        try:
+            proc = self.intake.pending_state(record_id)
+        except IntakeError:
+            return False
+        return (
+            proc is not None
+            and proc.attempts >= 1
+            and (proc.due_at is None or parse_instant(proc.due_at) <= now)
+        )
+
+    def _pending_in_order(self) -> list[tuple[tuple[datetime, str], str]]:
+        pending = set(self.intake.list_ids(RecordState.PENDING))
+        for gone in set(self._admitted) - pending:  # resolved or dead: keep the cache small
+            del self._admitted[gone]
+        keyed = [(key, rid) for rid in pending if (key := self._key(rid)) is not None]
+        return sorted(keyed)
+
+    def blocking(self, record_id: str, *, now: datetime) -> str | None:
+        """The earliest turn admitted before ``record_id`` that is in flight, or None: its turn to commit."""
+        mine = self._key(record_id)
+        if mine is None:
+            return None
+        for key, other in self._pending_in_order():
+            if key >= mine:
+                return None
+            if self.in_flight(other, now=now):
+                return other
+        return None
+
+    def next_waiting(self, record_id: str, *, now: datetime) -> str | None:
+        """The turn to wake when ``record_id`` stops being in flight: the earliest in-flight turn admitted
+        after it, when it holds a plan (only then can it be waiting to commit). Ask before the transition:
+        a resolved record's admission instant is gone with its payload."""
+        mine = self._key(record_id)
+        if mine is None:
+            return None
+        for key, other in self._pending_in_order():
+            if key <= mine:
+                continue
+            if self.in_flight(other, now=now):
+                try:
+                    proc = self.intake.pending_state(other)
+                except IntakeError:
+                    return None
+                return other if proc is not None and proc.retained_plan else None
+        return None

@@ -1,0 +1,58 @@
+"""Which turn commits next (storage.commit_order, issue #15 item 1): only an earlier-admitted turn that
+is in flight — pending, begun, not waiting out a backoff — holds a later one back; a turn leaving flight
+wakes the earliest in-flight turn after it, when that one holds a plan. Real intake files, no Temporal."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tempomem.storage.commit_order import CommitOrder
+from tempomem.storage.intake import FailureCategory, Intake
+from tests.test_intake_lifecycle import T0, admit
+from tests.test_intake_lifecycle import intake as intake  # the fixture
+
+NOW = T0 + timedelta(hours=1)
+
+
+def test_only_an_earlier_turn_in_flight_holds_a_later_one_back(intake: Intake) -> None:
+    a, b, c = (admit(intake, f"order-{n}", minutes=n) for n in range(3))
+    order = CommitOrder(intake)
+    # Nobody has begun: nothing is in flight, every turn may commit.
+    assert [order.blocking(r, now=NOW) for r in (a, b, c)] == [None, None, None]
+    intake.begin_attempt(a, now=NOW)
+    intake.begin_attempt(c, now=NOW)
+    assert order.blocking(c, now=NOW) == a  # the earliest in flight, by admission instant
+    assert order.blocking(b, now=NOW) == a
+    assert order.blocking(a, now=NOW) is None  # a later turn in flight never holds an earlier one
+    # A failed attempt waits out its backoff: out of flight, so it holds nobody back...
+    intake.record_failure(a, FailureCategory.LLM_ERROR, retry_in=timedelta(minutes=5), now=NOW)
+    assert order.blocking(c, now=NOW) is None
+    # ...until its retry is due again.
+    assert order.blocking(c, now=NOW + timedelta(minutes=6)) == a
+    intake.dead_letter(a, FailureCategory.LLM_ERROR, now=NOW)
+    assert order.blocking(c, now=NOW + timedelta(minutes=6)) is None
+
+
+def test_admission_instant_orders_not_admission_sequence(intake: Intake) -> None:
+    late = admit(intake, "order-late", minutes=30)
+    early = admit(intake, "order-early", minutes=1)  # admitted second, but said earlier
+    order = CommitOrder(intake)
+    intake.begin_attempt(late, now=NOW)
+    intake.begin_attempt(early, now=NOW)
+    assert order.blocking(late, now=NOW) == early
+    assert order.blocking(early, now=NOW) is None
+
+
+def test_the_turn_to_wake_is_the_next_in_flight_one_holding_a_plan(intake: Intake) -> None:
+    a, b, c = (admit(intake, f"wake-{n}", minutes=n) for n in range(3))
+    order = CommitOrder(intake)
+    for r in (a, b, c):
+        intake.begin_attempt(r, now=NOW)
+    intake.save_plan(c, b"{}", now=NOW)
+    # b is in flight but still extracting (no plan): it is not waiting, and c waits for b, not for a.
+    assert order.next_waiting(a, now=NOW) is None
+    intake.save_plan(b, b"{}", now=NOW)
+    assert order.next_waiting(a, now=NOW) == b
+    intake.resolve(a, outcome="success", now=NOW)
+    assert order.next_waiting(b, now=NOW) == c
+    assert order.next_waiting(c, now=NOW) is None  # nobody after the last one

@@ -1,0 +1,214 @@
+"""Model calls in parallel, commits in order (issue #15 item 1), on a real dev server with the scripted
+chat model behind real HTTP answering concurrent requests.
+
+Extraction and review of different turns overlap up to ``memory.llm.concurrency`` per store (and a
+process-wide ``model_slots`` cap); reconciliation + commit stay one at a time and in admission order,
+so a later turn is always reconciled against what the earlier ones committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from tempomem.activities.context import StoreContext
+from tempomem.storage import replay_sidecar
+from tempomem.storage.markdown import iter_bullets
+from tempomem.store import MemoryStore
+from tempomem.worker import run_worker
+from tests.scripted_model import ScriptedModelServer
+from tests.test_capture_flow import outcome_of
+from tests.test_capture_pipeline import capture_store, extraction, memory, turn
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+TURN = re.compile(r"turn-(\d+)")
+
+
+class Gauge:
+    """How many model requests the server was answering at once (the most at any moment)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+def kind_of(request: dict[str, Any]) -> str:
+    system = request["messages"][0]["content"]
+    if system.startswith("You extract"):
+        return "extract"
+    if system.startswith("You review"):
+        return "review"
+    return "reconcile"
+
+
+def answering(gauge: Gauge, fact: Callable[[int], str], delay: Callable[[int], float], reconcile=None):
+    """A scripted answer for any number of turns, whatever order their calls arrive in: extraction says
+    ``fact(n)`` for the turn whose text names ``turn-n``, after ``delay(n)`` seconds; review keeps;
+    reconciliation adds (or asks ``reconcile``)."""
+
+    def answer(request: dict[str, Any]) -> str:
+        with gauge:
+            kind = kind_of(request)
+            text = json.dumps(request["messages"])
+            if kind == "extract":
+                n = int(TURN.search(text).group(1))  # type: ignore[union-attr]
+                time.sleep(delay(n))
+                return extraction(memory(fact(n)))
+            time.sleep(0.05)
+            if kind == "review":
+                lines = json.loads(request["messages"][1]["content"].split("\n", 1)[1].rsplit("\n", 1)[0])
+                return json.dumps({"decisions": [{"line": x["line"], "decision": "keep"} for x in lines]})
+            if reconcile is None:  # similar lines of different turns: keep each (ADD)
+                return json.dumps({"decisions": [{"index": 0, "action": "ADD"}]})
+            return reconcile(request)
+
+    return answer
+
+
+def serve(model: ScriptedModelServer, answer: Callable[[dict[str, Any]], str]) -> None:
+    model.push(*[answer] * 100)  # the same computed answer for every call the test makes
+
+
+@pytest.fixture
+def model() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer() as server:
+        yield server
+
+
+def parallel_store(
+    tmp_path: Path, client: Client, model: ScriptedModelServer, concurrency: int
+) -> MemoryStore:
+    store = capture_store(tmp_path, client, model)
+    assert store.config.memory.llm is not None
+    store.config.memory.llm.concurrency = concurrency
+    return store
+
+
+async def admit(store: MemoryStore, count: int, text: Callable[[int], str]) -> list:
+    return [
+        await store.persist_completed_turn(
+            turn(f"par-{n}", text(n), "Noted.", at=T0 + timedelta(minutes=n), conversation_id=f"c:{n}")
+        )
+        for n in range(count)
+    ]
+
+
+async def run_store(client: Client, store: MemoryStore, admitted: list, **worker: Any) -> list:
+    ctx: StoreContext = store.worker_context(client)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_worker(client, ctx, stop=stop, schedule=False, **worker))
+    try:
+        return [await outcome_of(client, a, timeout=90) for a in admitted]
+    finally:
+        stop.set()
+        await task
+
+
+def daily_texts(root: Path) -> list[str]:
+    return [b.text for _, b in iter_bullets(root, "daily")]
+
+
+async def test_model_stages_overlap_up_to_the_store_limit(client: Client, tmp_path: Path, model) -> None:
+    """memory.llm.concurrency = 3: six turns' extractions are answered three at a time, not one (the
+    serial queue before #15 answered one), and every turn still commits exactly once."""
+    gauge = Gauge()
+    store = parallel_store(tmp_path, client, model, concurrency=3)
+    serve(model, answering(gauge, lambda n: f"The user's locker {n} is blue.", lambda n: 0.6))
+    admitted = await admit(store, 6, lambda n: f"turn-{n}: my locker {n} is blue")
+    outcomes = await run_store(client, store, admitted)
+    assert [o.state for o in outcomes] == ["resolved"] * 6
+    assert gauge.most == 3
+    assert sorted(daily_texts(store.root)) == sorted(f"The user's locker {n} is blue." for n in range(6))
+
+
+async def test_commits_follow_admission_order_when_extractions_finish_reversed(
+    client: Client, tmp_path: Path, model
+) -> None:
+    """The first-admitted turn's extraction is the slowest, the last one's the fastest: they finish in
+    reverse, yet the daily note receives the lines in admission order (each commit waited for the turns
+    admitted before it)."""
+    gauge = Gauge()
+    store = parallel_store(tmp_path, client, model, concurrency=5)
+    serve(model, answering(gauge, lambda n: f"The user's plant {n} needs water.", lambda n: 0.3 * (5 - n)))
+    admitted = await admit(store, 5, lambda n: f"turn-{n}: plant {n} needs water")
+    outcomes = await run_store(client, store, admitted)
+    assert [o.state for o in outcomes] == ["resolved"] * 5
+    assert gauge.most >= 4  # the extractions did overlap
+    assert daily_texts(store.root) == [f"The user's plant {n} needs water." for n in range(5)]
+
+
+async def test_a_later_correction_is_reconciled_against_the_earlier_turn(
+    client: Client, tmp_path: Path, model
+) -> None:
+    """Turn 0 says Ana is vegetarian (slow extraction), turn 1 corrects it (fast). In parallel the
+    correction is extracted first, but it reconciles after turn 0 committed, sees its line and
+    supersedes it — the order a person said them in, not the order the model answered."""
+    gauge = Gauge()
+    seen: list[str] = []
+
+    def reconcile(request: dict[str, Any]) -> str:
+        seen.append(request["messages"][1]["content"])
+        return json.dumps(
+            {"decisions": [{"index": 0, "action": "SUPERSEDE", "target": 1, "text": "Ana is vegan."}]}
+        )
+
+    facts = {0: "Ana is vegetarian.", 1: "Ana has become vegan."}
+    store = parallel_store(tmp_path, client, model, concurrency=2)
+    serve(model, answering(gauge, facts.__getitem__, lambda n: 1.5 if n == 0 else 0.1, reconcile))
+    admitted = await admit(store, 2, lambda n: f"turn-{n}: about Ana's diet")
+    outcomes = await run_store(client, store, admitted)
+    assert [o.state for o in outcomes] == ["resolved", "resolved"]
+    assert len(seen) == 1 and "Ana is vegetarian." in seen[0]  # turn 1's reconciliation saw turn 0's line
+    lines = {b.text: b.id for _, b in iter_bullets(store.root, "daily")}
+    assert replay_sidecar.superseded(store.root)[lines["Ana is vegetarian."]].new_id == lines["Ana is vegan."]
+
+
+async def test_process_wide_model_slots_cap_every_store(client: Client, tmp_path: Path, model) -> None:
+    """run_worker(model_slots=Semaphore(2)) caps the process's model calls below the store's own 4."""
+    gauge = Gauge()
+    store = parallel_store(tmp_path, client, model, concurrency=4)
+    serve(model, answering(gauge, lambda n: f"The user's badge {n} is green.", lambda n: 0.5))
+    admitted = await admit(store, 6, lambda n: f"turn-{n}: badge {n} is green")
+    outcomes = await run_store(client, store, admitted, model_slots=asyncio.Semaphore(2))
+    assert [o.state for o in outcomes] == ["resolved"] * 6
+    assert gauge.most == 2
+
+
+async def test_concurrency_one_keeps_every_stage_on_the_store_queue(
+    client: Client, tmp_path: Path, model
+) -> None:
+    """memory.llm.concurrency = 1: no model queue; the stages run where they always did (INTAKE-15)."""
+    gauge = Gauge()
+    store = parallel_store(tmp_path, client, model, concurrency=1)
+    serve(model, answering(gauge, lambda n: f"The user's mug {n} is red.", lambda n: 0.2))
+    admitted = await admit(store, 3, lambda n: f"turn-{n}: mug {n} is red")
+    outcomes = await run_store(client, store, admitted)
+    assert [o.state for o in outcomes] == ["resolved"] * 3
+    assert gauge.most == 1
+    history = await client.get_workflow_handle(admitted[0].workflow_id).fetch_history()
+    queues = {
+        e["activityTaskScheduledEventAttributes"]["taskQueue"]["name"]
+        for e in history.to_json_dict()["events"]
+        if "activityTaskScheduledEventAttributes" in e
+    }
+    assert queues == {store.task_queue}
