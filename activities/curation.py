@@ -26,6 +26,7 @@ from tempomem.activities.contracts import (
     parse_review,
 )
 from tempomem.activities.heartbeat import heartbeating, run_blocking
+from tempomem.activities.intake_ops import wake_turn
 from tempomem.activities.llm import ChatModel, LlmError, ModelNotConfigured, chat_model_for
 from tempomem.activities.plan import (
     INTENT_STATUS,
@@ -208,6 +209,11 @@ class CurationActivities:
                 plan = plan.model_copy(update={"committed": True})
                 self._save(inp, plan)
                 commit_step("committed")
+                # Out of flight now: the next turn waiting to commit may go (it sees this commit).
+                order = self.ctx.commit_order
+                waiting = await run_blocking(lambda: order.next_waiting(inp.intake_id, now=utc_now()))
+                if waiting is not None:
+                    await wake_turn(self.ctx, waiting)
         except (LlmError, ContractViolation, CaptureFailure, IntakeError) as exc:
             raise _failure(exc) from None
         adds = sum(1 for d in plan.decisions or () if d.action in ("ADD", "SUPERSEDE"))
@@ -357,7 +363,7 @@ class CurationActivities:
             if touched:
                 index.upsert(touched)
             commit_step("index")
-            _verify(root, [b.id for b in new], sidecar)
+            _verify(root, day, [b.id for b in new], sidecar)
 
 
 def commit_step(step: str) -> None:
@@ -522,11 +528,18 @@ def _replace(b: Bullet, **changes: object) -> Bullet:
     return replace(b, **changes)  # type: ignore[arg-type]
 
 
-def _verify(root: Path, new_ids: list[str], sidecar: list[dict]) -> None:
-    """RPL-06: prove Markdown and sidecar hold the delta before the receipt may retire the intent."""
-    present = {b.id for _, b in iter_bullets(root, "daily")}
-    if not set(new_ids) <= present:
-        raise CaptureFailure(FailureCategory.STORAGE_ERROR)
+def _verify(root: Path, day: str, new_ids: list[str], sidecar: list[dict]) -> None:
+    """RPL-06: prove Markdown and sidecar hold the delta before the receipt may retire the intent.
+
+    New lines are appended to the admission day's file only, so only that file is read (reading every
+    daily note made each commit cost as much as the whole store)."""
+    if new_ids:
+        try:
+            present = read_document(root / "daily" / f"{day}.md").ids()
+        except FileNotFoundError:
+            present = set()
+        if not set(new_ids) <= present:
+            raise CaptureFailure(FailureCategory.STORAGE_ERROR)
     entries = replay_sidecar.load(root).by_id()
     if any(entries.get(e["id"]) is None for e in sidecar):
         raise CaptureFailure(FailureCategory.STORAGE_ERROR)

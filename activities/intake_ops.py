@@ -99,7 +99,10 @@ class IntakeActivities:
 
         def step() -> str | None:
             # Asked before the transition: a resolved record's admission instant leaves with its payload.
-            waiting = self.ctx.commit_order.next_waiting(intake_id, now=utc_now()) if capture else None
+            # A committed turn woke its successor when it committed (curation.reconcile): not again here.
+            order, now = self.ctx.commit_order, utc_now()
+            holding = capture and order.in_flight(intake_id, now=now)
+            waiting = order.next_waiting(intake_id, now=now) if holding else None
             transition()
             return waiting
 

@@ -92,7 +92,7 @@ class Model:
         if kind == "extract":
             turn = json.loads(request["messages"][1]["content"].split("<turn>\n", 1)[1].split("\n</turn>")[0])
             said = turn[0]["text"][:160]
-            line = {"text": f"The user said: {said}", "kind": "fact", "source": "user", "salience": 0.8}
+            line = {"text": said, "kind": "fact", "source": "user", "salience": 0.8}
             line["entities"] = []
             return json.dumps({"memories": [line], "entities": [], "relations": []})
         if kind == "review":

@@ -10,6 +10,7 @@ instants and counters; never text.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from tempomem.storage.intake import Intake, IntakeError, RecordState
@@ -34,15 +35,27 @@ class CommitOrder:
         return key
 
     def in_flight(self, record_id: str, *, now: datetime) -> bool:
+        """Pending, begun, not in backoff, and its commit not yet written (a committed turn that has not
+        resolved yet holds nobody back: what it wrote is already visible)."""
         try:
             proc = self.intake.pending_state(record_id)
+            return (
+                proc is not None
+                and proc.attempts >= 1
+                and (proc.due_at is None or parse_instant(proc.due_at) <= now)
+                and not (proc.retained_plan and self._committed(record_id))
+            )
         except IntakeError:
             return False
-        return (
-            proc is not None
-            and proc.attempts >= 1
-            and (proc.due_at is None or parse_instant(proc.due_at) <= now)
-        )
+
+    def _committed(self, record_id: str) -> bool:
+        data = self.intake.load_plan(record_id)
+        if data is None:
+            return False
+        try:
+            return json.loads(data).get("committed") is True
+        except (ValueError, AttributeError):
+            return False  # a plan that cannot be read is the capture's to report; here: still in flight
 
     def _pending_in_order(self) -> list[tuple[tuple[datetime, str], str]]:
         pending = set(self.intake.list_ids(RecordState.PENDING))
@@ -64,9 +77,9 @@ class CommitOrder:
         return None
 
     def next_waiting(self, record_id: str, *, now: datetime) -> str | None:
-        """The turn to wake when ``record_id`` stops being in flight: the earliest in-flight turn admitted
-        after it, when it holds a plan (only then can it be waiting to commit). Ask before the transition:
-        a resolved record's admission instant is gone with its payload."""
+        """The turn to wake when ``record_id`` stops being in flight (its commit written, or its attempt
+        over): the earliest in-flight turn admitted after it, when it holds a plan (only then can it be
+        waiting to commit). Ask before a resolve: its admission instant leaves with its payload."""
         mine = self._key(record_id)
         if mine is None:
             return None

@@ -44,7 +44,7 @@ CAPTURE_FOCUS_MAX_BYTES = 2048  # LIM-23
 # Parallel model stages, ordered commits (issue #15 item 1; docs/decisions.md "Parallel model calls").
 LLM_CONCURRENCY_DEFAULT = 4  # memory.llm.concurrency: extraction/review calls in flight per store
 LLM_CONCURRENCY_MAX = 64
-ORDER_RECHECK_SECONDS = 5  # a capture waiting for its turn looks again this often without a signal
+ORDER_RECHECK_SECONDS = 30  # a capture waiting for its turn looks again this often without a signal
 ORDER_WAIT_MAX_SECONDS = 300  # then it stops waiting for an earlier turn that is not progressing
 
 # Replay sidecar (RPL-05)

@@ -56,3 +56,15 @@ def test_the_turn_to_wake_is_the_next_in_flight_one_holding_a_plan(intake: Intak
     intake.resolve(a, outcome="success", now=NOW)
     assert order.next_waiting(b, now=NOW) == c
     assert order.next_waiting(c, now=NOW) is None  # nobody after the last one
+
+
+def test_a_committed_turn_holds_nobody_back_before_it_resolves(intake: Intake) -> None:
+    a, b = (admit(intake, f"done-{n}", minutes=n) for n in range(2))
+    order = CommitOrder(intake)
+    intake.begin_attempt(a, now=NOW)
+    intake.begin_attempt(b, now=NOW)
+    intake.save_plan(a, b'{"committed": false}', now=NOW)
+    assert order.blocking(b, now=NOW) == a
+    intake.save_plan(a, b'{"committed": true}', now=NOW)  # its commit is written and visible
+    assert order.blocking(b, now=NOW) is None
+    assert not order.in_flight(a, now=NOW)

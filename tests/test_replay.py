@@ -47,6 +47,10 @@ def test_histories_are_checked_in() -> None:
         "consolidation_regenerated",
         "recurate_dry_run",
         "recurate_real",
+        # #15 item 1: extraction/review on the model queue, a deferred reconcile, the commit_turn signal
+        "capture_bujo_parallel_deferred",
+        # #15 item 1: patch "recurate-window-v1", two captures in flight
+        "recurate_windowed",
     } <= names
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -157,6 +158,8 @@ class RecurateWorkflow:
         p = self._p = dataclasses.replace(inp.progress) if inp.progress else RecurateProgress()
         if inp.dry_run:
             return await self._dry_run(inp)
+        if inp.window > 1 and workflow.patched(RECURATE_WINDOW):
+            return await self._run_windowed(inp)
         cursor_at, cursor_id = inp.cursor_at, inp.cursor_id
         handled = 0
         while True:
@@ -165,36 +168,13 @@ class RecurateWorkflow:
                 workflow.continue_as_new(
                     dataclasses.replace(inp, cursor_at=cursor_at, cursor_id=cursor_id, progress=p)
                 )
-            batch: RecurateAdmitResult = await workflow.execute_activity(
-                RECURATE_ADMIT,
-                RecurateAdmitInput(
-                    inp.store_id,
-                    inp.run_id,
-                    inp.since,
-                    inp.until,
-                    inp.model,
-                    cursor_at,
-                    cursor_id,
-                    inp.batch_size,
-                ),
-                result_type=RecurateAdmitResult,
-                start_to_close_timeout=timedelta(minutes=5),
-                retry_policy=_ADMIT_RETRY,
-                summary="re-admit archived turns",
-            )
+            batch = await self._admit(inp, cursor_at, cursor_id)
             cursor_at, cursor_id = batch.cursor_at, batch.cursor_id
-            self._tier, self._write_mode = batch.tier, batch.write_mode
-            p.turns += batch.turns
-            p.admitted += batch.admitted
-            p.duplicates += batch.duplicates
             handled += batch.turns
             self._report()
-            if inp.window > 1 and workflow.patched(RECURATE_WINDOW):
-                await self._capture_window(inp, list(batch.capture))
-            else:
-                for intake_id in batch.capture:  # histories from before the window: one at a time
-                    await self._capture(inp, intake_id)
-                    self._report()
+            for intake_id in batch.capture:  # runs from before the window: one at a time
+                await self._capture(inp, intake_id)
+                self._report()
             if batch.eof:
                 break
         p.done = True
@@ -226,17 +206,67 @@ class RecurateWorkflow:
         self._report()
         return p
 
-    async def _capture_window(self, inp: RecurateInput, captures: list[str]) -> None:
-        """The batch's captures, ``inp.window`` in flight, started in admission order."""
-        running: set[asyncio.Task[None]] = set()
-        for intake_id in captures:
-            if len(running) >= inp.window:
-                _, running = await workflow.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                self._report()
-            running.add(asyncio.create_task(self._capture(inp, intake_id)))
-        if running:
-            await workflow.wait(running)
+    async def _run_windowed(self, inp: RecurateInput) -> RecurateProgress:
+        """``inp.window`` captures in flight, started in admission order; the next batch is admitted as
+        soon as the last one's captures have all started. Before continuing as new the window drains
+        (no child outlives its run), as in BackfillWorkflow."""
+        p = self._p
+        cursor_at, cursor_id = inp.cursor_at, inp.cursor_id
+        handled, eof = 0, False
+        queue: deque[str] = deque()
+        running: list[asyncio.Task[None]] = []
+        while True:
+            roll_over = handled >= inp.continue_as_new_every or workflow.info().is_continue_as_new_suggested()
+            if not queue and not eof and not roll_over:
+                batch = await self._admit(inp, cursor_at, cursor_id)
+                cursor_at, cursor_id, eof = batch.cursor_at, batch.cursor_id, batch.eof
+                handled += batch.turns
+                queue.extend(batch.capture)
+            while queue and len(running) < inp.window:
+                running.append(asyncio.create_task(self._capture(inp, queue.popleft())))
+            self._report()
+            if running:
+                _, pending = await workflow.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                running = list(pending)
+                continue
+            if queue:
+                continue
+            if eof:
+                break
+            if roll_over:
+                p.continue_as_new_runs += 1
+                workflow.continue_as_new(
+                    dataclasses.replace(inp, cursor_at=cursor_at, cursor_id=cursor_id, progress=p)
+                )
+        p.done = True
         self._report()
+        return p
+
+    async def _admit(self, inp: RecurateInput, cursor_at: str, cursor_id: str) -> RecurateAdmitResult:
+        """Re-admit the next ``batch_size`` archived turns after the cursor; counts them in progress."""
+        batch: RecurateAdmitResult = await workflow.execute_activity(
+            RECURATE_ADMIT,
+            RecurateAdmitInput(
+                inp.store_id,
+                inp.run_id,
+                inp.since,
+                inp.until,
+                inp.model,
+                cursor_at,
+                cursor_id,
+                inp.batch_size,
+            ),
+            result_type=RecurateAdmitResult,
+            start_to_close_timeout=timedelta(minutes=5),
+            retry_policy=_ADMIT_RETRY,
+            summary="re-admit archived turns",
+        )
+        self._tier, self._write_mode = batch.tier, batch.write_mode
+        p = self._p
+        p.turns += batch.turns
+        p.admitted += batch.admitted
+        p.duplicates += batch.duplicates
+        return batch
 
     async def _capture(self, inp: RecurateInput, intake_id: str) -> None:
         child = await capture_child(

@@ -12,8 +12,10 @@ import asyncio
 import json
 import sys
 import tempfile
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
 
@@ -98,7 +100,7 @@ async def record_other(env: WorkflowEnvironment, name: str) -> None:
     from tempomem.recurate import make_request, start_recurate
     from tempomem.workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
     from tempomem.workflows.consolidation import consolidation_workflow_id
-    from tests.scripted_model import ScriptedModelServer
+    from tests.scripted_model import Delay, ScriptedModelServer
     from tests.test_capture_pipeline import capture_store, extraction, memory
 
     client = env.client
@@ -133,6 +135,38 @@ async def record_other(env: WorkflowEnvironment, name: str) -> None:
             )
             async with running_worker(client, store):
                 await handle.result()
+        elif name == "capture_bujo_parallel_deferred":
+            # Two turns, extractions on the model queue at once; the later one is answered first and
+            # waits for its turn to commit (a deferred reconcile, then the commit_turn signal).
+            store = capture_store(Path(tmp), client, model)
+            assert store.config.memory.llm is not None
+            store.config.memory.llm.concurrency = 2
+            slow, fast = (
+                extraction(memory("The user's dentist is Dr. Silva.")),
+                extraction(memory("The user's bike is green.")),
+            )
+            model.push(*[_by_kind(lambda text: Delay(1.5, slow) if "dentist" in text else fast)] * 6)
+            first = await store.persist_completed_turn(_capture_turn("par-1", "My dentist is Dr. Silva.", 0))
+            second = await store.persist_completed_turn(_capture_turn("par-2", "My bike is green.", 1))
+            async with running_worker(client, store):
+                await client.get_workflow_handle(first.workflow_id).result()
+                handle = client.get_workflow_handle(second.workflow_id)
+                await handle.result()
+        elif name == "recurate_windowed":
+            # Two archived turns re-curated two at a time (patch "recurate-window-v1").
+            store = capture_store(Path(tmp), client, model)
+            now = datetime.now(UTC).replace(microsecond=0)
+            texts = ("My dentist is Dr. Silva.", "My bike is green.")
+            async with running_worker(client, store):
+                model.push(
+                    *[_by_kind(lambda text: extraction(memory("The user's dentist is Dr. Silva.")))] * 12
+                )
+                for n, text in enumerate(texts):
+                    done = await store.persist_completed_turn(_capture_turn(f"rw-{n}", text, n, now))
+                    await client.get_workflow_handle(done.workflow_id).result()
+                req = make_request(store, since=now.date().isoformat(), run_id="histwin")
+                handle = await start_recurate(client, store, req, window=2, batch_size=2)
+                await handle.result()
         else:  # recurate_dry_run, recurate_real: one archived capture turn, then a re-curation
             store = capture_store(Path(tmp), client, model)
             model.push(extraction(memory("The user's dentist is Dr. Silva.")), _keep(1))
@@ -151,7 +185,7 @@ async def record_other(env: WorkflowEnvironment, name: str) -> None:
                 dry = name == "recurate_dry_run"
                 day = turn.admitted_at.date().isoformat()
                 req = make_request(store, since=day, model="scripted-v2", dry_run=dry, run_id="hist1")
-                handle = await start_recurate(client, store, req)
+                handle = await start_recurate(client, store, req, window=1, batch_size=1)
                 await handle.result()
         if name == "backfill_jsonl":
             handle = client.get_workflow_handle(handle.id)
@@ -165,6 +199,32 @@ def _turn(run_id: str, answer: str) -> CompletedTurn:
     return CompletedTurn(run_id=run_id, conversation_id="history:conv", final_answer=answer, admitted_at=T0)
 
 
+def _capture_turn(run_id: str, user: str, minutes: int, at: datetime = T0) -> CompletedTurn:
+    return CompletedTurn(
+        run_id=run_id,
+        conversation_id="history:conv",
+        speaker_kind="human-turn",
+        user_text=user,
+        final_answer="Noted.",
+        admitted_at=at + timedelta(minutes=minutes),
+    )
+
+
+def _by_kind(extract: Callable[[str], Any]) -> Callable[[dict[str, Any]], Any]:
+    """A scripted answer for calls arriving in any order: extraction by ``extract(request text)``,
+    review keeps line 1, reconciliation adds."""
+
+    def answer(request: dict[str, Any]) -> Any:
+        system = request["messages"][0]["content"]
+        if system.startswith("You extract"):
+            return extract(json.dumps(request["messages"]))
+        if system.startswith("You review"):
+            return _keep(1)
+        return json.dumps({"decisions": [{"index": 0, "action": "ADD"}]})
+
+    return answer
+
+
 def _keep(*lines: int) -> str:
     return json.dumps({"decisions": [{"line": n, "decision": "keep"} for n in lines]})
 
@@ -175,6 +235,8 @@ OTHER_RECORDINGS = (
     "consolidation_regenerated",
     "recurate_dry_run",
     "recurate_real",
+    "capture_bujo_parallel_deferred",
+    "recurate_windowed",
 )
 
 RECORDINGS = {
