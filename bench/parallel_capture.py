@@ -8,7 +8,8 @@ review keeps it, reconciliation adds it.
 
 The ideal is what the model alone allows: the parallel calls (extraction, review) spread over
 ``--concurrency`` slots, the serial ones (reconciliation, one at a time in admission order) end to end:
-``max(parallel calls × mean latency / concurrency, serial calls × mean latency)``. Throughput is printed
+``max(parallel calls × mean latency / concurrency, serial calls × mean latency)``; at concurrency 1
+every stage shares the store's one queue, so every call is serial. Throughput is printed
 against it; everything else (Temporal dispatch, commits, index upserts) is what keeps a run below it.
 Run ``--latency 0`` to see that orchestration floor alone.
 
@@ -142,7 +143,10 @@ def report(
     slept = model.slept[slept_before:]
     mean = sum(slept) / len(slept) if slept else 0.0
     parallel = delta["extract"] + delta["review"]
-    ideal = max(parallel * mean / args.concurrency, delta["reconcile"] * mean)
+    if args.concurrency == 1:  # one queue for every stage: every call is serial
+        ideal = (parallel + delta["reconcile"]) * mean
+    else:  # `concurrency` model slots beside the serial queue's one
+        ideal = max(parallel * mean / args.concurrency, delta["reconcile"] * mean)
     rate = turns / seconds
     print(
         f"{name:<12} {turns} turns in {seconds:6.1f} s = {rate:5.2f} turns/s   "

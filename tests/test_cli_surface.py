@@ -154,3 +154,14 @@ def test_CLI19_a_disabled_recall_tool_never_disables_operator_inspection(tmp_pat
     for args in (("inspect", "--json"), ("health", "--json"), ("search", "anything", "--json")):
         ran = tempomem("--config", str(cfg), *args, cwd=tmp_path)
         assert ran.returncode == 0, (args, ran.stderr)
+
+
+@pytest.mark.parametrize("flag", ["--window", "--batch"])
+def test_recurate_window_and_batch_must_be_whole_numbers_of_at_least_one(flag: str, tmp_path: Path) -> None:
+    """#15 item 1: `recurate --window/--batch` are usage errors below 1 or not a number, naming the
+    option and the value, before any store or cluster is touched."""
+    for value, says in (("0", "0 is less than 1"), ("x", "'x' is not a whole number")):
+        proc = tempomem("recurate", "--since", "2026-12-01", flag, value, cwd=tmp_path)
+        assert proc.returncode == 2
+        assert f"argument {flag}: {says}" in proc.stderr
+    assert not (tmp_path / ".tempomem").exists()  # the embedded default store path

@@ -26,7 +26,7 @@ from tempomem.storage import replay_sidecar
 from tempomem.storage.markdown import iter_bullets
 from tempomem.store import MemoryStore
 from tempomem.worker import run_worker
-from tests.scripted_model import ScriptedModelServer
+from tests.scripted_model import Hang, ScriptedModelServer
 from tests.test_capture_flow import outcome_of
 from tests.test_capture_pipeline import capture_store, extraction, memory, turn
 
@@ -212,3 +212,31 @@ async def test_concurrency_one_keeps_every_stage_on_the_store_queue(
         if "activityTaskScheduledEventAttributes" in e
     }
     assert queues == {store.task_queue}
+
+
+async def test_a_turn_stuck_in_flight_holds_later_commits_back_only_for_the_wait_limit(
+    client: Client, tmp_path: Path, model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turn 0's extraction never answers, so it stays in flight. Turn 1 waits for it, then after
+    ORDER_WAIT_MAX_SECONDS (2 s here, 5 minutes in production) commits without it and says so in the
+    activity summary; turn 0 is still pending, untouched."""
+    from tempomem.storage import limits
+
+    monkeypatch.setattr(limits, "ORDER_WAIT_MAX_SECONDS", 2)  # read when the worker loads the workflow
+    monkeypatch.setattr(limits, "ORDER_RECHECK_SECONDS", 1)
+    gauge = Gauge()
+    store = parallel_store(tmp_path, client, model, concurrency=2)
+    quick = answering(gauge, lambda n: f"The user's scarf {n} is wool.", lambda n: 0.1)
+    serve(model, lambda request: Hang() if "turn-0" in json.dumps(request["messages"]) else quick(request))
+    stuck, later = await admit(store, 2, lambda n: f"turn-{n}: scarf {n} is wool")
+    outcomes = await run_store(client, store, [later])
+    assert [o.state for o in outcomes] == ["resolved"]
+    assert daily_texts(store.root) == ["The user's scarf 1 is wool."]
+    assert store.intake.view(stuck.intake_id, now=T0).state.value == "pending"
+    history = await client.get_workflow_handle(later.workflow_id).fetch_history()
+    summaries = [
+        e.user_metadata.summary.data.decode()
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes") and e.HasField("user_metadata")
+    ]
+    assert summaries.count('"reconciliation (stopped waiting for earlier turns)"') == 1
