@@ -411,6 +411,22 @@ def echo_model(request: dict) -> str:
     return keep(1)
 
 
+def slow_second_extraction(seconds: float):
+    """``echo_model``, except that the first extraction of the second turn (Lisbon) takes ``seconds``:
+    whichever order the windowed children's calls arrive in, the first child resolves while the second
+    is still extracting."""
+    delayed: list[bool] = []
+
+    def answer(request: dict):
+        content = json.dumps(request["messages"])
+        if not delayed and "extract durable long-term memories" in content and "Lisbon" in content:
+            delayed.append(True)
+            return Delay(seconds, then=echo_model)
+        return echo_model(request)
+
+    return answer
+
+
 async def _two_archived_turns(client: Client, tmp_path: Path, model, run_id: str):
     """A store with two curated, archived turns; (store, daily bytes, the intake ids ``run_id`` derives)."""
     store = capture_store(tmp_path, client, model)
@@ -431,7 +447,7 @@ async def test_recurate_resumes_after_the_worker_stops_mid_run(client: Client, t
     store, before, derived = await _two_archived_turns(client, tmp_path, model, "res1")
 
     # Turn 2's extraction is slow, so the worker stops while that child is in flight.
-    model.push(echo_model, echo_model, Delay(3, then=echo_model), *[echo_model] * 6)
+    model.push(*[slow_second_extraction(3)] * 9)
     handle = await start_recurate(client, store, make_request(store, since=DAY1, run_id="res1"))
     async with running_worker(client, store):
         # The first child resolved and the second record is admitted, its extraction still in flight.
@@ -457,7 +473,7 @@ async def test_recurate_resumes_after_its_worker_process_is_killed(
 
     store, before, derived = await _two_archived_turns(client, tmp_path, model, "kill1")
 
-    model.push(echo_model, echo_model, Delay(6, then=echo_model), *[echo_model] * 6)
+    model.push(*[slow_second_extraction(6)] * 9)
     handle = await start_recurate(client, store, make_request(store, since=DAY1, run_id="kill1"))
     cfg = store.root.parent / "worker.json"
     memory = store.config.memory.model_dump(by_alias=True, exclude_none=True)
