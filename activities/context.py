@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tempomem.storage.commit_order import CommitOrder
+from tempomem.storage.index_backlog import IndexBacklog
 from tempomem.storage.intake import Intake
 from tempomem.storage.store_ref import store_id
 from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
@@ -64,6 +65,7 @@ class StoreContext:
     # One Intake per context, so a SnapshotPublisher attached to it sees every transition.
     intake: Intake = field(init=False)
     commit_order: CommitOrder = field(init=False)
+    index_backlog: IndexBacklog = field(init=False)  # batch runs' deferred index updates (issue #15)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -71,6 +73,7 @@ class StoreContext:
         self.intake = Intake(self.root)
         self.intake.archive_days = self.turn_archive_days
         self.commit_order = CommitOrder(self.intake)
+        self.index_backlog = IndexBacklog(self.root)
 
     def check(self, requested_store_id: str) -> None:
         if requested_store_id != self.store_id:

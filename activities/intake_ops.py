@@ -42,6 +42,10 @@ class IntakeActivities:
     @activity.defn(name=BEGIN_ATTEMPT)
     def begin_attempt(self, ref: RecordRef) -> AttemptInfo:
         """Persist attempts+1 in the record before the try; report whether there is work at all."""
+        return self.begin(ref)
+
+    def begin(self, ref: RecordRef) -> AttemptInfo:
+        """``intake.begin_attempt``'s work, also the first part of ``capture.settle`` (blocking)."""
         self.ctx.check(ref.store_id)
         intake = self.ctx.intake
         # A record that cannot be trusted (edited, malformed, unsafe) is quarantined, never curated.

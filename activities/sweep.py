@@ -7,6 +7,8 @@ is ever started, e.g. after ``tempomem retry``.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import weakref
 
 from temporalio import activity
@@ -19,6 +21,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tempomem.activities.context import StoreContext, utc_now
@@ -34,6 +37,7 @@ from tempomem.workflows.common import (
     legacy_capture_workflow_id,
 )
 
+log = logging.getLogger("tempomem.capture")
 
 async def start_capture(
     client: Client,
@@ -160,7 +164,24 @@ async def sweep_store(ctx: StoreContext) -> SweepResult:
             path_named=is_path_named(ctx.root, ctx.store_id),
         ):
             started += 1
-    return SweepResult(due=len(due), started=started, already_running=len(due) - started)
+    return SweepResult(
+        due=len(due), started=started, already_running=len(due) - started, indexed=await _index_backlog(ctx)
+    )
+
+
+async def _index_backlog(ctx: StoreContext) -> int:
+    """Index the days a batch run's group commit left marked (it crashed, or was abandoned): at the
+    worker's start and at every scheduled sweep. A failure is logged (content-free) and left for the
+    next sweep."""
+    if not ctx.index_backlog.marked_days():
+        return 0
+    from tempomem.activities.projection import ProjectionActivities
+
+    try:
+        return await asyncio.to_thread(ProjectionActivities(ctx).flush_now)
+    except ApplicationError as err:
+        log.warning("index backlog not flushed: %s", err.type)
+        return 0
 
 
 class SweepActivities:

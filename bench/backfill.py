@@ -4,16 +4,18 @@ Every dialog turn is admitted through the intake and captured by a CaptureWorkfl
 model, no embedding), ``--window`` in flight, continuing as new every ``--every`` lines. Prints turns/s,
 the continue-as-new runs and the largest history of any run, then re-runs the same file (all duplicates).
 
-``--projection`` picks the capture path's projection activity:
+``--projection`` picks how each child settles its turn:
 
-* ``markdown`` (default): the lite projection into canonical ``daily/`` Markdown, without the per-turn
-  search-index upsert (rebuild the index afterwards; its cost is recall's, measured by bench/recall.py);
-* ``none``: a zero-latency no-op projection — the orchestration floor (admission + child workflows);
-* ``real``: the store's own projection activity, index upsert included (use ``--limit``: the upsert cost
-  grows with the DuckDB WAL).
+* ``real`` (default): the store's own ``capture.settle`` local activity (attempt, Lite projection into
+  ``daily/``, resolve), with the run's index updates grouped (issue #15 item 2) and flushed by the
+  backfill's last step; the bench then checks that every line is in the index;
+* ``none``: a no-op settle that touches nothing — the orchestration floor of one workflow per turn
+  (admission + child workflows), measured in the same run by ``--compare``.
 
-Usage: python bench/backfill.py [FILE] [--projection markdown|none|real] [--limit N] [--window 8]
-       [--batch 64] [--every 500] [--slots 1]
+``--compare`` runs ``none`` first on the same turns, then ``real``, and prints their ratio.
+
+Usage: python bench/backfill.py [FILE] [--projection real|none] [--compare] [--tier lite|journal]
+       [--limit N] [--window 32] [--batch 64] [--every 500] [--slots 1]
 Prints figures; asserts nothing (timings never belong in tests).
 """
 
@@ -39,14 +41,13 @@ from tempomem.activities.context import StoreContext
 from tempomem.backfill import follow_backfill, start_backfill, write_jsonl
 from tempomem.config import load_config_data
 from tempomem.devserver import temporal_cli
-from tempomem.storage.fsio import exclusive_lock
-from tempomem.storage.projection import project
-from tempomem.storage.store_ref import STORE_LOCK
+from tempomem.recall.index import MemoryIndex
+from tempomem.storage.markdown import iter_bullets
 from tempomem.store import MemoryStore
 from tempomem.worker import backfill_worker_extras, store_activities
 from tempomem.workflows import search_attributes
 from tempomem.workflows.capture import CaptureWorkflow
-from tempomem.workflows.common import PROJECT, ProjectionResult, RecordRef
+from tempomem.workflows.common import SETTLE, AttemptInfo, SettleInput
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 
 # $TEMPOMEM_LOCOMO, else ../shared/data/locomo/ beside the repository (never a machine path)
@@ -56,26 +57,22 @@ DEFAULT_FILE = Path(
 )
 
 
-class BenchProjection:
-    def __init__(self, ctx: StoreContext, mode: str) -> None:
-        self.ctx = ctx
-        self.mode = mode
+class NoopSettle:
+    """The orchestration floor: settles nothing, touches no file (records stay pending)."""
 
-    @activity.defn(name=PROJECT)
-    def project(self, ref: RecordRef) -> ProjectionResult:
-        if self.mode == "none":
-            return ProjectionResult(target="daily", lines_added=1, indexed=0)
-        payload = self.ctx.intake.load_payload(ref.intake_id)
-        with exclusive_lock(self.ctx.root / STORE_LOCK):
-            projected = project(self.ctx.root, payload)
-        return ProjectionResult(target=projected.folder, lines_added=len(projected.added), indexed=0)
+    def __init__(self, ctx: StoreContext) -> None:
+        self.ctx = ctx
+
+    @activity.defn(name=SETTLE)
+    async def settle(self, inp: SettleInput) -> AttemptInfo:
+        return AttemptInfo(1, True, "append-host-summary", self.ctx.tier, settled=True)
 
 
 def activities_for(ctx: StoreContext, mode: str) -> list[Any]:
     acts = list(store_activities(ctx))
-    if mode != "real":
-        acts = [a for a in acts if a.__temporal_activity_definition.name != PROJECT]
-        acts.append(BenchProjection(ctx, mode).project)
+    if mode == "none":
+        acts = [a for a in acts if a.__temporal_activity_definition.name != SETTLE]
+        acts.append(NoopSettle(ctx).settle)
     return acts + backfill_worker_extras(ctx)[1]
 
 
@@ -92,24 +89,34 @@ async def run(args: argparse.Namespace) -> None:
                 turns = [i.turn for i in load_locomo(source) if i.turn is not None][: args.limit]
                 source = Path(tmp) / "locomo.jsonl"
                 write_jsonl(source, turns)
-            root = Path(tmp) / "mem"
-            config = load_config_data(
-                {"memory": {"mode": "lite", "writeMode": "append-host-summary", "path": str(root)}}
-            )
-            store = MemoryStore(config, client=env.client)
-            await bench(env.client, store, source, args)
+            modes = ["none", "real"] if args.compare else [args.projection]
+            rates = {}
+            for mode in modes:
+                root = Path(tmp) / f"mem-{mode}"
+                config = load_config_data(
+                    {"memory": {"mode": args.tier, "writeMode": "append-host-summary", "path": str(root)}}
+                )
+                store = MemoryStore(config, client=env.client)
+                rates[mode] = await bench(env.client, store, source, args, mode)
+            if args.compare:
+                print(
+                    f"ratio         real {rates['real']:.1f} turns/s = {rates['real'] / rates['none']:.0%} "
+                    f"of the one-workflow-per-turn floor ({rates['none']:.1f} turns/s, same run)"
+                )
     finally:
         await env.shutdown()
 
 
-async def bench(client: Client, store: MemoryStore, source: Path, args: argparse.Namespace) -> None:
+async def bench(
+    client: Client, store: MemoryStore, source: Path, args: argparse.Namespace, mode: str
+) -> float:
     ctx = store.worker_context(client)
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor:
         worker = Worker(
             client,
             task_queue=ctx.task_queue,
             workflows=[CaptureWorkflow, IntakeSweepWorkflow, *backfill_worker_extras(ctx)[0]],
-            activities=activities_for(ctx, args.projection),
+            activities=activities_for(ctx, mode),
             activity_executor=executor,
             max_concurrent_activities=args.slots,  # build_worker: 1 — a store's activities never race
             graceful_shutdown_timeout=timedelta(seconds=10),
@@ -131,7 +138,7 @@ async def bench(client: Client, store: MemoryStore, source: Path, args: argparse
             second = await follow_backfill(client, handle.id)
             again = time.perf_counter() - started
     ledger = store.intake.ledger.verify_all(store.intake.has_receipt)
-    print(f"source        {source.name}: {first.total} turns, projection={args.projection}, lite tier")
+    print(f"source        {source.name}: {first.total} turns, projection={mode}, {args.tier} tier")
     print(
         f"knobs         window {args.window}, batch {args.batch}, continue-as-new every {args.every} lines, "
         f"{args.slots} activity slot(s)"
@@ -144,6 +151,12 @@ async def bench(client: Client, store: MemoryStore, source: Path, args: argparse
         f"outcome       admitted {first.admitted}, resolved {first.resolved}, dead {first.dead}, "
         f"bad lines {first.bad_lines}; ledger entries {ledger}"
     )
+    if mode == "real":
+        lines = {b.id for _, b in iter_bullets(store.root, "daily")}
+        manifest = MemoryIndex(store.root, None).manifest() or {}
+        rows = manifest.get("rows")
+        left = store.worker_context(client).index_backlog.marked_days()
+        print(f"index         {rows} rows for {len(lines)} daily lines at the end; {len(left)} days marked")
     print(
         f"history       {first.continue_as_new_runs} continue-as-new runs ({len(runs)} executions); "
         f"longest run history {longest} events"
@@ -152,6 +165,7 @@ async def bench(client: Client, store: MemoryStore, source: Path, args: argparse
         f"re-run        {second.duplicates} duplicates, {second.admitted} admitted, "
         f"{second.completed} captures in {again:.1f} s = {second.total / again:.1f} lines/s"
     )
+    return first.total / elapsed
 
 
 def main() -> None:
@@ -159,9 +173,11 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("file", nargs="?", default=str(DEFAULT_FILE))
-    parser.add_argument("--projection", choices=["markdown", "none", "real"], default="markdown")
+    parser.add_argument("--projection", choices=["real", "none"], default="real")
+    parser.add_argument("--compare", action="store_true", help="run none, then real; print the ratio")
+    parser.add_argument("--tier", choices=["lite", "journal"], default="lite", help="journal embeds")
     parser.add_argument("--limit", type=int, default=0, help="only the first N turns (as JSONL)")
-    parser.add_argument("--window", type=int, default=8)
+    parser.add_argument("--window", type=int, default=32)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--every", type=int, default=500)
     parser.add_argument("--slots", type=int, default=1, help="max concurrent activities (production: 1)")

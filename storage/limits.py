@@ -46,6 +46,9 @@ LLM_CONCURRENCY_DEFAULT = 4  # memory.llm.concurrency: extraction/review calls i
 LLM_CONCURRENCY_MAX = 64
 ORDER_RECHECK_SECONDS = 30  # a capture waiting for its turn looks again this often without a signal
 ORDER_WAIT_MAX_SECONDS = 300  # then it stops waiting for an earlier turn that is not progressing
+# Group commit of the index in batch runs (issue #15 item 2; recall/index/backlog.py).
+INDEX_GROUP_MAX_LINES = 64  # a backfill's lines reach the index in groups of at most this many
+INDEX_GROUP_MAX_SECONDS = 2.0  # or when the oldest deferred line has waited this long
 
 # Replay sidecar (RPL-05)
 SIDECAR_MAX_BYTES = 32 * MIB  # LIM-24

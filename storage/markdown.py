@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -322,16 +323,29 @@ def iter_bullets(root: Path, folder: str = "daily") -> Iterator[tuple[str, Bulle
     ``damaged_bullets``.
     """
     for day, path in day_files(root, folder):
-        items = read_document(path).items
-        seen: dict[str, int] = {}
-        for k, item in enumerate(items):
-            if isinstance(item, Bullet):
-                yield day, item
-                continue
-            # the head of a damaged bullet is not a hand-written note: its metadata line follows it
-            damaged_head = k + 1 < len(items) and "<!--mem" in getattr(items[k + 1], "text", "")
-            if folder == "daily" and not damaged_head and (note := plain_note(day, item.text, seen)):
-                yield day, note
+        for bullet in _bullets_of(day, path, folder):
+            yield day, bullet
+
+
+def iter_day_bullets(root: Path, day: str, folder: str = "daily") -> Iterator[Bullet]:
+    """The bullets of one day file, as ``iter_bullets`` yields them (none when the file is absent; a
+    folder or symlink in its place raises, as ``read_document`` does)."""
+    path = Path(root) / folder / f"{day}.md"
+    if _is_day(day) and os.path.lexists(path):
+        yield from _bullets_of(day, path, folder)
+
+
+def _bullets_of(day: str, path: Path, folder: str) -> Iterator[Bullet]:
+    items = read_document(path).items
+    seen: dict[str, int] = {}
+    for k, item in enumerate(items):
+        if isinstance(item, Bullet):
+            yield item
+            continue
+        # the head of a damaged bullet is not a hand-written note: its metadata line follows it
+        damaged_head = k + 1 < len(items) and "<!--mem" in getattr(items[k + 1], "text", "")
+        if folder == "daily" and not damaged_head and (note := plain_note(day, item.text, seen)):
+            yield note
 
 
 _PLAIN_RE = re.compile(r"[-*+] (?:(" + _SIG + r") )?(.*\S.*)")

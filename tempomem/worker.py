@@ -31,6 +31,7 @@ from tempomem.activities.curation import CurationActivities
 from tempomem.activities.intake_ops import IntakeActivities
 from tempomem.activities.llm import check_capture_models
 from tempomem.activities.projection import ProjectionActivities
+from tempomem.activities.settle import SettleActivities
 from tempomem.activities.sweep import SweepActivities, register_search_attributes, sweep_store
 from tempomem.export import recover_interrupted_import
 from tempomem.storage.fence import hold_fence, refuse_start_before_rebuild
@@ -62,7 +63,9 @@ def store_activities(ctx: StoreContext) -> Sequence[Any]:
         intake.record_failure,
         intake.dead_letter,
         intake.resolve,
+        SettleActivities(ctx).settle,
         projection.project,
+        projection.flush_index,
         curation.extract,
         curation.review,
         curation.reconcile,

@@ -192,7 +192,7 @@ async def test_skipped_turn_writes_nothing(client: Client, tmp_path: Path) -> No
     )
 
 
-async def test_worker_killed_mid_projection_recovers_exactly_once(client: Client, tmp_path: Path) -> None:
+async def test_worker_killed_mid_settle_recovers_exactly_once(client: Client, tmp_path: Path) -> None:
     store = make_store(tmp_path / "mem", client, mode="lite")
     entered = tmp_path / "entered"
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -2,7 +2,8 @@
 
 ``tests/helpers/fault_child.py`` counts every durable filesystem call (create, write, fsync, rename,
 replace, unlink, mkdir, rmdir) of admission, attempt bookkeeping, retry, dead-lettering, the Lite
-projection with its index update, resolve and tidy, and kills itself at step K, for every K. After each
+projection with its index update (per turn, and grouped as a backfill does: day marker, flush, marker
+removal), resolve and tidy, and kills itself at step K, for every K. After each
 kill this test restarts the store as a worker would (``tidy``) and checks (a rebuild, consolidation, an
 export and a restore into a second store are the last steps; each is run again after the kill):
 
@@ -35,7 +36,15 @@ from tempomem.storage.health import audit
 from tempomem.storage.intake import AdmissionStatus, Intake, RecordState, admit_turn, intake_id
 from tempomem.storage.intake_tidy import tidy
 from tempomem.storage.markdown import iter_bullets
-from tests.helpers.fault_child import BUJO_TURN, admit_lite, bujo_context, capture_bujo, curate, turns
+from tests.helpers.fault_child import (
+    BUJO_TURN,
+    admit_lite,
+    bujo_context,
+    capture_bujo,
+    curate,
+    flush_backlog,
+    turns,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
@@ -95,6 +104,7 @@ def recover_and_finish(run_dir: Path) -> list[str]:
         attempts_before[record_id] = intake.receipt(record_id).attempts
     if root.exists():
         tidy(intake, now=NOW)  # what the worker does at start: no manual step
+        flush_backlog(root)  # ... and its start sweep: days a group commit left marked are indexed
     after_restart = audit(root, now=NOW).problems if root.exists() else []
     for record_id in resolved_before:
         assert intake.view(record_id, now=NOW).state is RecordState.RESOLVED, "resolved turn came back"

@@ -51,6 +51,11 @@ def test_histories_are_checked_in() -> None:
         "capture_bujo_parallel_deferred",
         # #15 item 1: patch "recurate-window-v1", two captures in flight
         "recurate_windowed",
+        # #15 item 2: a Lite turn settled in one local activity (and failing there first), a backfill
+        # whose children group their index updates and whose last step is index.flush
+        "capture_lite_settled",
+        "capture_lite_settle_failed_then_resolved",
+        "backfill_grouped",
     } <= names
 
 

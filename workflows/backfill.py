@@ -22,7 +22,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from tempomem.workflows.child_capture import StoreLabels, capture_child
+    from tempomem.workflows.child_capture import (
+        INDEX_GROUP_COMMIT,
+        StoreLabels,
+        capture_child,
+        flush_index,
+    )
 
 BACKFILL_WORKFLOW = "BackfillWorkflow"
 ADMIT_BATCH = "backfill.admit_batch"
@@ -126,6 +131,8 @@ class BackfillWorkflow:
         self._p = BackfillProgress()
         self._tier = ""
         self._write_mode = ""
+        self._group_index = False
+        self._store_id = ""
 
     @workflow.query(name=PROGRESS_QUERY)
     def progress(self) -> BackfillProgress:
@@ -139,6 +146,9 @@ class BackfillWorkflow:
             raise ApplicationError("window, batch_size and continue_as_new_every must be ≥ 1")
         p = self._p = dataclasses.replace(inp.progress) if inp.progress else BackfillProgress()
         p.bad = list(p.bad)
+        # Versioned (issue #15 item 2): runs recorded before the group commit indexed every line alone.
+        self._group_index = workflow.patched(INDEX_GROUP_COMMIT)
+        self._store_id = inp.store_id
         position, byte_offset = inp.position, inp.byte_offset
         eof = False
         read_this_run = 0
@@ -170,11 +180,13 @@ class BackfillWorkflow:
                 break
             if roll_over:
                 # The window is drained (no child outlives this run); carry counts and offsets over.
+                await self._flush()
                 p.continue_as_new_runs += 1
                 p.in_flight = 0
                 workflow.continue_as_new(
                     dataclasses.replace(inp, position=position, byte_offset=byte_offset, progress=p)
                 )
+        await self._flush()
         p.in_flight = 0
         p.done = True
         self._report()
@@ -194,6 +206,10 @@ class BackfillWorkflow:
             retry_policy=_ADMIT_RETRY,
             summary=f"admit lines after {position}",
         )
+
+    async def _flush(self) -> None:
+        if self._group_index:
+            await flush_index(self._store_id)
 
     def _count(self, batch: AdmitBatchResult) -> None:
         p = self._p
@@ -218,6 +234,7 @@ class BackfillWorkflow:
             labels=StoreLabels(self._tier, self._write_mode),
             summary=f"capture {intake_id[:12]}… · backfill · store {inp.store_id}",
             first_poll_seconds=inp.poll_seconds,
+            group_index=self._group_index,
         )
         p = self._p
         p.completed += 1

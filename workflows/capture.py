@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         RECORD_FAILURE,
         RESOLVE,
         REVIEW,
+        SETTLE,
         AttemptInfo,
         CaptureInput,
         CaptureOutcome,
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         FailureInput,
         ProjectionResult,
         RecordRef,
+        SettleInput,
         StageResult,
     )
 
@@ -50,6 +52,15 @@ _STAGE = timedelta(minutes=10)
 _HEARTBEAT = timedelta(seconds=10)
 _MODEL_QUEUE_WAIT = timedelta(minutes=30)
 SKIP_EMPTY_REVIEW = "skip-empty-review-v1"
+SETTLE_IN_ONE_STEP = "settle-in-one-step-v1"
+
+
+class _SettleFailed(Exception):
+    """capture.settle reported a failed projection or resolve (its category, never a message)."""
+
+    def __init__(self, category: str) -> None:
+        super().__init__(category)
+        self.category = category
 
 
 def failure_category(err: ActivityError) -> str:
@@ -96,7 +107,7 @@ class CaptureWorkflow:
         self._publish_attributes = inp.search_attributes and workflow.patched("search-attributes-v1")
         ref = RecordRef(inp.intake_id, inp.store_id)
         while True:
-            info: AttemptInfo = await self._short(BEGIN_ATTEMPT, ref, AttemptInfo)
+            info = await self._begin(inp, ref)
             self._attempt = info.attempt
             if not info.pending:
                 self._state = "not_pending"
@@ -105,12 +116,20 @@ class CaptureWorkflow:
             final_attempt = info.attempt >= RETRY_MAX_ATTEMPTS
             if info.attempt > RETRY_MAX_ATTEMPTS:
                 return await self._dead_letter(ref, info.attempt, self._last_failure or "unknown")
+            if info.settled:  # capture.settle projected and resolved it in the same step
+                self._stage = "resolve"
+                self._state = "resolved"
+                self._publish()
+                return CaptureOutcome(inp.intake_id, "resolved", info.attempt, info.lines_added, 0)
             self._state = "running"
             self._publish()
             try:
+                if info.failure is not None:
+                    self._stage = "projection"
+                    raise _SettleFailed(info.failure)
                 lines, calls = await self._attempt_once(ref, info, final_attempt)
-            except ActivityError as err:
-                category = failure_category(err)
+            except (ActivityError, _SettleFailed) as err:
+                category = err.category if isinstance(err, _SettleFailed) else failure_category(err)
                 self._last_failure = category
                 if final_attempt:
                     return await self._dead_letter(ref, info.attempt, category)
@@ -128,6 +147,23 @@ class CaptureWorkflow:
             self._state = "resolved"
             self._publish()
             return CaptureOutcome(inp.intake_id, "resolved", info.attempt, lines, calls)
+
+    async def _begin(self, inp: CaptureInput, ref: RecordRef) -> AttemptInfo:
+        """Count the attempt. Versioned (issue #15 item 2): newer runs do it in one local activity that
+        also projects and resolves a turn without curation stages; older histories replay the
+        activity ``intake.begin_attempt``."""
+        if not workflow.patched(SETTLE_IN_ONE_STEP):
+            info: AttemptInfo = await self._short(BEGIN_ATTEMPT, ref, AttemptInfo)
+            return info
+        self._stage = "settle"
+        return await workflow.execute_local_activity(
+            SETTLE,
+            SettleInput(inp.intake_id, inp.store_id, inp.group_index),
+            result_type=AttemptInfo,
+            start_to_close_timeout=_STAGE,
+            retry_policy=_NO_RETRY,
+            summary="begin the attempt; project and resolve a turn without curation",
+        )
 
     async def _attempt_once(self, ref: RecordRef, info: AttemptInfo, final_attempt: bool) -> tuple[int, int]:
         """Run one attempt; returns (lines added, model calls) for the outcome (content-free counts)."""

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from tempomem.workflows import search_attributes as sa
     from tempomem.workflows.common import (
         CAPTURE_WORKFLOW,
+        INDEX_FLUSH,
         STORE_SCOPED_IDS,
         CaptureInput,
         CaptureOutcome,
@@ -33,6 +34,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 RECORD_STATE = "backfill.record_state"  # registered with the backfill activities on every worker
+# Versioned change (issue #15 item 2): children of batch runs hand their index update to the group commit.
+INDEX_GROUP_COMMIT = "index-group-commit-v1"
 POLL_CAP_SECONDS = 300
 
 
@@ -59,8 +62,10 @@ async def capture_child(
     labels: StoreLabels,
     summary: str,
     first_poll_seconds: int = 1,
+    group_index: bool = False,
 ) -> ChildCapture:
-    """Run the record's capture as a child and return the record's resulting state."""
+    """Run the record's capture as a child and return the record's resulting state. ``group_index``: the
+    child's index update joins the store's group commit; the caller flushes it (``flush_index``)."""
     outcome: CaptureOutcome | None = None
     try:
         outcome = await workflow.execute_child_workflow(
@@ -70,6 +75,7 @@ async def capture_child(
                 store_id=store_id,
                 first_delay_seconds=first_delay_seconds,
                 search_attributes=search_attributes,
+                group_index=group_index,
             ),
             id=child_id(store_id, intake_id),
             result_type=CaptureOutcome,
@@ -132,3 +138,18 @@ def child_id(store_id: str, intake_id: str) -> str:
     if workflow.patched(STORE_SCOPED_IDS):
         return capture_workflow_id(store_id, intake_id)
     return legacy_capture_workflow_id(intake_id)
+
+
+async def flush_index(store_id: str) -> int:
+    """Index what the store's group commit still holds; the batch run's last step (and before each
+    continue-as-new), so the store is fully searchable when the run ends."""
+    indexed: int = await workflow.execute_activity(
+        INDEX_FLUSH,
+        store_id,
+        result_type=int,
+        start_to_close_timeout=timedelta(minutes=10),
+        heartbeat_timeout=timedelta(seconds=10),
+        retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1), maximum_attempts=20),
+        summary="index the lines this run's captures left to the group commit",
+    )
+    return indexed

@@ -20,6 +20,8 @@ PROJECT = "capture.project"
 EXTRACT = "capture.extract"
 REVIEW = "capture.review"
 RECONCILE = "capture.reconcile"
+SETTLE = "capture.settle"  # local activity: begin the attempt; settle a Lite or Journal turn in it
+INDEX_FLUSH = "index.flush"  # the group commit's remainder, at the end of a batch run
 # Signalled to a capture waiting for its turn to commit when the turn ahead of it stops being in flight.
 COMMIT_TURN_SIGNAL = "commit_turn"
 
@@ -52,12 +54,22 @@ class CaptureInput:
     first_delay_seconds: int = 60
     # True when the namespace has the Tempomem* search attributes registered (older inputs lack it).
     search_attributes: bool = False
+    # Set by batch workflows (backfill): a Lite or Journal line's index update joins the group commit.
+    group_index: bool = False
 
 
 @dataclass(frozen=True)
 class RecordRef:
     intake_id: str
     store_id: str
+
+
+@dataclass(frozen=True)
+class SettleInput:
+    intake_id: str
+    store_id: str
+    # A batch run's child: the index update joins the store's group commit (issue #15 item 2).
+    group_index: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,11 @@ class AttemptInfo:
     # Where extraction and review run: the store's model queue when its worker runs them in parallel
     # (issue #15); None (and in results recorded before it existed) on the store's own serial queue.
     model_task_queue: str | None = None
+    # Set by capture.settle, which also projects and resolves a turn of a non-capture write mode in the
+    # same step (issue #15 item 2); absent from results recorded before it existed.
+    settled: bool = False  # projected and resolved: the capture is done
+    lines_added: int = 0
+    failure: str | None = None  # the AMB-29 category of a failed projection or resolve (no message)
 
 
 @dataclass(frozen=True)
@@ -140,3 +157,4 @@ class SweepResult:
     due: int
     started: int
     already_running: int
+    indexed: int = 0  # lines a crashed batch run's group commit left unindexed, indexed by this sweep

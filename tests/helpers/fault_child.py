@@ -32,6 +32,7 @@ from tempomem.export import export_store, import_restore
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage.consolidation import consolidate
 from tempomem.storage.fsio import exclusive_lock
+from tempomem.storage.index_backlog import IndexBacklog
 from tempomem.storage.intake import FailureCategory, Intake, admit_turn
 from tempomem.storage.intake_tidy import tidy
 from tempomem.storage.projection import project
@@ -74,9 +75,27 @@ def curate(root: Path, intake: Intake, record_id: str, now: datetime) -> None:
     intake.resolve(record_id, outcome="success", now=now)
 
 
+def curate_grouped(root: Path, intake: Intake, backlog: IndexBacklog, record_id: str, now: datetime) -> None:
+    """What a backfill's capture does for a Lite record (issue #15 item 2): attempt, projection with its
+    index update handed to the group commit (a durable day marker), resolve; the flush comes later."""
+    intake.begin_attempt(record_id, now=now)
+    payload = intake.load_payload(record_id)
+    with exclusive_lock(root / STORE_LOCK):
+        projected = project(root, payload)
+        backlog.add(projected.day, projected.bullet)
+    intake.resolve(record_id, outcome="success", now=now)
+
+
+def flush_backlog(root: Path, backlog: IndexBacklog | None = None) -> int:
+    """The group commit's flush: at a backfill's end, or (a fresh backlog) the sweeper's after a crash."""
+    with exclusive_lock(root / STORE_LOCK):
+        return (backlog or IndexBacklog(root)).flush(MemoryIndex(root, None))
+
+
 def scenario(root: Path, returned: Path) -> None:
-    """Admit three turns; curate the first; fail the second to the dead letter, retry and curate it;
-    leave the third pending. Every transition of the intake and the Lite projection is on the way."""
+    """Admit three turns; curate the first as a backfill does (group commit, then its flush); fail the
+    second to the dead letter, retry and curate it; leave the third pending. Every transition of the
+    intake and the Lite projection is on the way."""
     intake = Intake(root)
     ids = []
     for turn in turns():
@@ -85,7 +104,9 @@ def scenario(root: Path, returned: Path) -> None:
         ids.append(result.intake_id)
         note_returned(returned, result.intake_id)
     now = T0 + timedelta(hours=1)
-    curate(root, intake, ids[0], now)
+    backlog = IndexBacklog(root)
+    curate_grouped(root, intake, backlog, ids[0], now)
+    flush_backlog(root, backlog)
     intake.begin_attempt(ids[1], now=now)
     intake.record_failure(ids[1], FailureCategory.INDEX_ERROR, retry_in=timedelta(minutes=1), now=now)
     intake.begin_attempt(ids[1], now=now)

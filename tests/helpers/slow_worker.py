@@ -1,8 +1,9 @@
-"""A worker process whose projection hangs after it starts, so a test can SIGKILL it mid-activity.
+"""A worker process whose settle step hangs after the attempt is counted, so a test can SIGKILL it there.
 
 Usage: python -m tests.helpers.slow_worker ROOT ADDRESS TASK_QUEUE ENTERED_FILE
-It registers the real workflows and activities, except that ``capture.project`` first touches
-ENTERED_FILE and then sleeps while heartbeating (the test kills the process there).
+It registers the real workflows and activities, except that the local activity ``capture.settle``
+counts the attempt as the real one does, then touches ENTERED_FILE and sleeps before projecting (the
+test kills the process there).
 """
 
 from __future__ import annotations
@@ -18,31 +19,33 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tempomem.activities.context import StoreContext
+from tempomem.activities.intake_ops import IntakeActivities
 from tempomem.worker import store_activities
 from tempomem.workflows.capture import CaptureWorkflow
-from tempomem.workflows.common import PROJECT, ProjectionResult, RecordRef
+from tempomem.workflows.common import SETTLE, AttemptInfo, RecordRef, SettleInput
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 
 
 async def main() -> None:
     root, address, queue, entered = sys.argv[1:5]
 
-    @activity.defn(name=PROJECT)
-    async def hanging_project(ref: RecordRef) -> ProjectionResult:
-        Path(entered).write_text(ref.intake_id)
+    ctx = StoreContext(root=Path(root), tier="lite", write_mode="append-host-summary", task_queue=queue)
+
+    @activity.defn(name=SETTLE)
+    async def hanging_settle(inp: SettleInput) -> AttemptInfo:
+        await asyncio.to_thread(IntakeActivities(ctx).begin, RecordRef(inp.intake_id, inp.store_id))
+        Path(entered).write_text(inp.intake_id)
         while True:
-            activity.heartbeat()
             await asyncio.sleep(0.5)
 
-    ctx = StoreContext(root=Path(root), tier="lite", write_mode="append-host-summary", task_queue=queue)
-    acts = [a for a in store_activities(ctx) if activity._Definition.from_callable(a).name != PROJECT]
+    acts = [a for a in store_activities(ctx) if activity._Definition.from_callable(a).name != SETTLE]
     client = await Client.connect(address)
     with concurrent.futures.ThreadPoolExecutor(4) as executor:
         worker = Worker(
             client,
             task_queue=queue,
             workflows=[CaptureWorkflow, IntakeSweepWorkflow],
-            activities=[*acts, hanging_project],
+            activities=[*acts, hanging_settle],
             activity_executor=executor,
             graceful_shutdown_timeout=timedelta(seconds=1),
         )

@@ -106,7 +106,9 @@ async def record_other(env: WorkflowEnvironment, name: str) -> None:
     client = env.client
     with tempfile.TemporaryDirectory() as tmp, ScriptedModelServer() as model:
         root = Path(tmp) / "mem"
-        if name == "backfill_jsonl":
+        if name in ("backfill_jsonl", "backfill_grouped"):
+            # backfill_grouped (#15 item 2, patch "index-group-commit-v1"): children hand their index
+            # update to the group commit, and the run's last step is index.flush.
             store = make_store(root, client, mode="lite")
             source = Path(tmp) / "turns.jsonl"
             write_jsonl(source, [_turn(f"bf-{i}", f"Backfilled line {i}.") for i in range(3)])
@@ -187,7 +189,7 @@ async def record_other(env: WorkflowEnvironment, name: str) -> None:
                 req = make_request(store, since=day, model="scripted-v2", dry_run=dry, run_id="hist1")
                 handle = await start_recurate(client, store, req, window=1, batch_size=1)
                 await handle.result()
-        if name == "backfill_jsonl":
+        if name in ("backfill_jsonl", "backfill_grouped"):
             handle = client.get_workflow_handle(handle.id)
         history = await handle.fetch_history()
         store.close()
@@ -237,6 +239,7 @@ OTHER_RECORDINGS = (
     "recurate_real",
     "capture_bujo_parallel_deferred",
     "recurate_windowed",
+    "backfill_grouped",
 )
 
 RECORDINGS = {
@@ -249,6 +252,10 @@ RECORDINGS = {
     "capture_bujo_review_ran": False,
     # BuJo with patch "skip-empty-review-v1" taken: nothing eligible, so no review activity.
     "capture_bujo_review_skipped": False,
+    # #15 item 2, patch "settle-in-one-step-v1": the Lite turn settles in the local activity capture.settle;
+    # the second fails there first (storage_error), records the failure, backs off and settles.
+    "capture_lite_settled": False,
+    "capture_lite_settle_failed_then_resolved": True,
 }
 
 
