@@ -50,12 +50,15 @@ async def heartbeating(awaitable: Awaitable[T]) -> T:
     (``memory.llm.timeoutMs`` defaults to 60 s) must therefore keep heartbeating while it waits.
     """
     future = asyncio.ensure_future(awaitable)
+    # A local activity (capture.settle) has no heartbeat: the SDK keeps its workflow task alive instead.
+    local = activity.in_activity() and activity.info().is_local
     try:
         while True:
             done, _ = await asyncio.wait({future}, timeout=HEARTBEAT_EVERY_SECONDS)
             if done:
                 return future.result()
-            activity.heartbeat()
+            if not local:
+                activity.heartbeat()
     finally:
         if not future.done():
             future.cancel()

@@ -44,7 +44,7 @@ from tempomem.devserver import temporal_cli
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage.markdown import iter_bullets
 from tempomem.store import MemoryStore
-from tempomem.worker import backfill_worker_extras, store_activities
+from tempomem.worker import backfill_worker_extras, store_activities, workflow_runner
 from tempomem.workflows import search_attributes
 from tempomem.workflows.capture import CaptureWorkflow
 from tempomem.workflows.common import SETTLE, AttemptInfo, SettleInput
@@ -93,9 +93,10 @@ async def run(args: argparse.Namespace) -> None:
             rates = {}
             for mode in modes:
                 root = Path(tmp) / f"mem-{mode}"
-                config = load_config_data(
-                    {"memory": {"mode": args.tier, "writeMode": "append-host-summary", "path": str(root)}}
-                )
+                memory = {"mode": args.tier, "writeMode": "append-host-summary", "path": str(root)}
+                if args.tier == "journal":
+                    memory["embeddings"] = {"provider": "local"}  # the shipped MiniLM
+                config = load_config_data({"memory": memory})
                 store = MemoryStore(config, client=env.client)
                 rates[mode] = await bench(env.client, store, source, args, mode)
             if args.compare:
@@ -120,6 +121,7 @@ async def bench(
             activity_executor=executor,
             max_concurrent_activities=args.slots,  # build_worker: 1 — a store's activities never race
             graceful_shutdown_timeout=timedelta(seconds=10),
+            workflow_runner=workflow_runner(),  # as build_worker
         )
         async with worker:
             knobs = {"window": args.window, "batch_size": args.batch, "continue_as_new_every": args.every}

@@ -16,6 +16,8 @@ import datetime as dt
 import hashlib
 import os
 import re
+import stat
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -287,22 +289,68 @@ def append_bullets(path: Path, day: str, bullets: Sequence[Bullet]) -> int:
     (PROV-21). Not locked: callers that may race on one file must serialise their writes.
     """
     path = Path(path)
+    key = str(path)
+    cached = _WRITTEN.get(key)
+    if cached is not None and cached[0] == _identity(path):
+        # The file is byte for byte what this process last wrote (canonical, ends with a newline): its
+        # re-serialisation is that text, so appending needs no parse (issue #15 item 2: a day of n lines
+        # cost O(n) per append).
+        seen, text = set(cached[1]), cached[2]
+        new = list(_unique_new(bullets, seen))
+        if new:
+            text += "".join(serialize_bullet(b) for b in new)
+            atomic_write(path, text.encode("utf-8", errors="surrogateescape"))
+            _remember(key, path, seen, text)
+        return len(new)
     try:
         doc = read_document(path)
     except FileNotFoundError:
         doc = new_document(day)
     seen = doc.ids()
-    added = 0
+    new = list(_unique_new(bullets, seen))
+    if new:
+        doc.items.extend(new)
+        doc.trailing_newline = True
+        ensure_private_dir(path.parent)
+        text = serialize_document(doc)
+        atomic_write(path, text.encode("utf-8", errors="surrogateescape"))
+        _remember(key, path, seen, text)
+    return len(new)
+
+
+# Day files this process wrote last, by path: (file identity, ids, text). A file changed by anyone else
+# (an editor, another process, a restore) has another identity and is read and parsed again.
+_WRITTEN: dict[str, tuple[tuple[int, ...] | None, set[str], str]] = {}
+_WRITTEN_MAX = 8
+_WRITTEN_LOCK = threading.Lock()
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        return None  # read_private_file refuses it on the slow path
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _remember(key: str, path: Path, seen: set[str], text: str) -> None:
+    identity = _identity(path)
+    with _WRITTEN_LOCK:
+        _WRITTEN.pop(key, None)
+        if identity is not None:
+            _WRITTEN[key] = (identity, seen, text)
+        while len(_WRITTEN) > _WRITTEN_MAX:
+            _WRITTEN.pop(next(iter(_WRITTEN)))
+
+
+def _unique_new(bullets: Sequence[Bullet], seen: set[str]) -> Iterator[Bullet]:
+    """Bullets whose id is not in ``seen`` (first of each id), adding their ids to it."""
     for bullet in bullets:
         if bullet.id not in seen:
             seen.add(bullet.id)
-            doc.items.append(bullet)
-            added += 1
-    if added:
-        doc.trailing_newline = True
-        ensure_private_dir(path.parent)
-        atomic_write(path, serialize_document(doc).encode("utf-8", errors="surrogateescape"))
-    return added
+            yield bullet
 
 
 def day_files(root: Path, folder: str = "daily") -> list[tuple[str, Path]]:

@@ -23,7 +23,8 @@ from temporalio.client import (
     SchedulePolicy,
     ScheduleSpec,
 )
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from tempomem.activities.consolidation import ensure_consolidation_schedule
 from tempomem.activities.context import StoreContext, utc_now
@@ -125,14 +126,30 @@ def recurate_worker_extras(ctx: StoreContext) -> tuple[list[type], list[Callable
 class WorkerParts:
     """What a worker of one store registers, for a team that builds its own ``temporalio.worker.Worker``
     (own client, namespace, interceptors, data converter): pass ``workflows`` and ``activities`` on
-    ``task_queue`` with ``max_concurrent_activities=1`` (one writer per store, INTAKE-15) and a thread
-    pool as ``activity_executor``. ``run_worker`` does the rest tempomem's own worker does (fence, start
-    sweep, schedules)."""
+    ``task_queue`` with ``max_concurrent_activities=1`` (one writer per store, INTAKE-15), a thread
+    pool as ``activity_executor`` and ``workflow_runner``. ``run_worker`` does the rest tempomem's own
+    worker does (fence, start sweep, schedules)."""
 
     context: StoreContext
     task_queue: str
     workflows: list[type]
     activities: list[Callable[..., Any]]
+    workflow_runner: WorkflowRunner  # pass as ``workflow_runner`` (see ``workflow_runner()``)
+
+
+def workflow_runner() -> WorkflowRunner:
+    """Temporal's workflow sandbox with the ``tempomem`` package passed through (issue #15 item 2).
+
+    The sandbox re-imports a workflow's module for every run unless it is passed through; at one short
+    workflow per turn that cost about a fifth of a backfill's throughput (bench/backfill.py). Passed
+    through, tempomem's workflow modules are imported once and the sandbox no longer intercepts their
+    calls, so their determinism is checked statically instead (tests/test_worker_sandbox.py: they
+    import only ``temporalio``, ``datetime.timedelta`` and a few pure standard-library modules, and call
+    no clock, randomness, file or network API) and by the replay tests. Workflows of other packages on
+    the same worker stay fully sandboxed.
+    """
+    restrictions = SandboxRestrictions.default.with_passthrough_modules("tempomem")
+    return SandboxedWorkflowRunner(restrictions=restrictions)
 
 
 def store_worker_parts(store: MemoryStore | StoreContext, client: Client) -> WorkerParts:
@@ -147,6 +164,7 @@ def store_worker_parts(store: MemoryStore | StoreContext, client: Client) -> Wor
         task_queue=ctx.task_queue,
         workflows=[CaptureWorkflow, IntakeSweepWorkflow, *extra_workflows, *recurate_workflows],
         activities=[*store_activities(ctx), *extra_activities, *recurate_activities],
+        workflow_runner=workflow_runner(),
     )
 
 
@@ -174,6 +192,7 @@ def build_worker(client: Client, ctx: StoreContext, *, executor: concurrent.futu
         activity_executor=executor,
         max_concurrent_activities=1,
         graceful_shutdown_timeout=timedelta(seconds=SHUTDOWN_DRAIN_SECONDS),
+        workflow_runner=parts.workflow_runner,
     )
 
 
