@@ -57,13 +57,18 @@ def detect_format(path: Path, requested: str = "auto") -> str:
     return "locomo-turns" if head.startswith(b"[") else "jsonl"
 
 
+# Captures in flight: a Lite or Journal capture is one short workflow, so a backfill's throughput keeps
+# rising up to about 32 on a 2-core machine (issue #15 item 2, docs/benchmarks.md).
+BACKFILL_WINDOW_DEFAULT = 32
+
+
 async def start_backfill(
     client: Client,
     store: MemoryStore,
     path: Path | str,
     *,
     format: str = "auto",
-    window: int = 8,
+    window: int = BACKFILL_WINDOW_DEFAULT,
     batch_size: int = 64,
     continue_as_new_every: int = 500,
     poll_seconds: int = 2,

@@ -222,7 +222,7 @@ async def test_a_turn_stuck_in_flight_holds_later_commits_back_only_for_the_wait
     activity summary; turn 0 is still pending, untouched."""
     from tempomem.storage import limits
 
-    monkeypatch.setattr(limits, "ORDER_WAIT_MAX_SECONDS", 2)  # read when the worker loads the workflow
+    monkeypatch.setattr(limits, "ORDER_WAIT_MAX_SECONDS", 2)  # the workflow reads limits.* when it waits
     monkeypatch.setattr(limits, "ORDER_RECHECK_SECONDS", 1)
     gauge = Gauge()
     store = parallel_store(tmp_path, client, model, concurrency=2)

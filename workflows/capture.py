@@ -15,12 +15,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from tempomem.storage.limits import (
-        ORDER_RECHECK_SECONDS,
-        ORDER_WAIT_MAX_SECONDS,
-        RETRY_MAX_ATTEMPTS,
-        retry_delay_seconds,
-    )
+    from tempomem.storage import limits
+    from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
     from tempomem.workflows import search_attributes as sa
     from tempomem.workflows.common import (
         BEGIN_ATTEMPT,
@@ -235,11 +231,11 @@ class CaptureWorkflow:
                 # builtins: temporalio.exceptions.TimeoutError (an activity timeout) shadows the name here
                 with contextlib.suppress(builtins.TimeoutError):
                     await workflow.wait_condition(
-                        lambda: self._turn_signalled, timeout=timedelta(seconds=ORDER_RECHECK_SECONDS)
+                        lambda: self._turn_signalled, timeout=timedelta(seconds=limits.ORDER_RECHECK_SECONDS)
                     )
             self._turn_signalled = False
             waited = workflow.now() - started
-            ordered = waited < timedelta(seconds=ORDER_WAIT_MAX_SECONDS)
+            ordered = waited < timedelta(seconds=limits.ORDER_WAIT_MAX_SECONDS)
             self._stage = "reconciliation"
             result = await self._stage_activity(
                 RECONCILE,

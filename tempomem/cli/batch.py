@@ -52,7 +52,12 @@ def register(sub: Any) -> None:
 def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="JSONL of completed turns, or a LoCoMo-style conversation JSON")
     p.add_argument("--format", default="auto", choices=["auto", *backfill.FORMATS])
-    p.add_argument("--window", type=int, default=8, help="capture workflows in flight (default 8)")
+    p.add_argument(
+        "--window",
+        type=int,
+        default=backfill.BACKFILL_WINDOW_DEFAULT,
+        help=f"capture workflows in flight (default {backfill.BACKFILL_WINDOW_DEFAULT})",
+    )
     p.add_argument("--batch", type=int, default=64, help="lines admitted per activity (default 64)")
     p.add_argument(
         "--continue-as-new-every", type=int, default=500, help="lines per workflow run (default 500)"
