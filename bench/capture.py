@@ -29,6 +29,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.histories import step_times
 from tempomem.devserver import temporal_cli
 from tempomem.storage.turn import CompletedTurn
 from tempomem.workflows import search_attributes
@@ -121,28 +122,9 @@ async def activity_breakdown(client, workflow_ids: list[str]) -> dict[str, tuple
     runs: dict[str, list[float]] = {}
     for workflow_id in workflow_ids:
         history = await client.get_workflow_handle(workflow_id).fetch_history()
-        at = {e.event_id: e.event_time.ToDatetime() for e in history.events}
-        kind: dict[int, str] = {}
-        for e in history.events:
-            if e.HasField("activity_task_scheduled_event_attributes"):
-                kind[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
-            elif e.HasField("workflow_task_completed_event_attributes"):
-                done_wft = e.workflow_task_completed_event_attributes
-                name = "workflow task (first)" if done_wft.started_event_id <= 3 else "workflow task (later)"
-                waits.setdefault(name, []).append(
-                    (at[done_wft.started_event_id] - at[done_wft.scheduled_event_id]).total_seconds() * 1000
-                )
-                runs.setdefault(name, []).append(
-                    (at[e.event_id] - at[done_wft.started_event_id]).total_seconds() * 1000
-                )
-            elif e.HasField("activity_task_completed_event_attributes"):
-                done = e.activity_task_completed_event_attributes
-                name = kind[done.scheduled_event_id]
-                waits.setdefault(name, []).append(
-                    (at[done.started_event_id] - at[done.scheduled_event_id]).total_seconds() * 1000
-                )
-                work = at[e.event_id] - at[done.started_event_id]
-                runs.setdefault(name, []).append(work.total_seconds() * 1000)
+        for name, dispatch, work in step_times(history):
+            waits.setdefault(name, []).append(dispatch)
+            runs.setdefault(name, []).append(work)
     return {k: (statistics.median(waits[k]), statistics.median(runs[k])) for k in runs}
 
 

@@ -42,6 +42,7 @@ if str(ROOT) not in sys.path:
 
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
+from bench.histories import FIRST_TASK, LATER_TASK, step_times  # noqa: E402
 from tempomem.activities.backfill import load_locomo  # noqa: E402
 from tempomem.backfill import run_backfill, write_jsonl  # noqa: E402
 from tempomem.config import load_config_data  # noqa: E402
@@ -170,16 +171,11 @@ async def breakdown(client: Any, seen: set[str]) -> None:
             continue
         seen.add(w.id)
         history = await client.get_workflow_handle(w.id, run_id=w.run_id).fetch_history()
-        at = {e.event_id: e.event_time.ToDatetime() for e in history.events}
-        kind: dict[int, str] = {}
+        for name, _, seconds_ms in step_times(history):
+            if name not in (FIRST_TASK, LATER_TASK):
+                work.setdefault(name, []).append(seconds_ms / 1000)
         for e in history.events:
-            if e.HasField("activity_task_scheduled_event_attributes"):
-                kind[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
-            elif e.HasField("activity_task_completed_event_attributes"):
-                done = e.activity_task_completed_event_attributes
-                seconds = (at[e.event_id] - at[done.started_event_id]).total_seconds()
-                work.setdefault(kind[done.scheduled_event_id], []).append(seconds)
-            elif e.HasField("workflow_execution_signaled_event_attributes"):
+            if e.HasField("workflow_execution_signaled_event_attributes"):
                 signals += 1
             elif e.HasField("timer_fired_event_attributes"):
                 timers += 1

@@ -8,8 +8,12 @@ reports figures of the store it built.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
+from temporalio.client import WorkflowHistory
 
 from bench.cost_curves import one_size
 from bench.embedding import flops_per_sentence
@@ -61,3 +65,22 @@ def test_cost_curve_child_reports_the_store_it_built() -> None:
     assert larger["memories"] == 3000
     assert larger["markdown_mb"] > 5 * small["markdown_mb"]
     assert larger["index_mb"] > small["index_mb"]
+
+
+def test_step_times_name_every_activity_and_workflow_task_of_a_recorded_history() -> None:
+    from bench.histories import FIRST_TASK, LATER_TASK, step_times
+
+    path = Path(__file__).parent / "histories" / "capture_bujo_review_ran.json"
+    history = WorkflowHistory.from_json("h", json.loads(path.read_text()))
+    steps = list(step_times(history))
+    names = [name for name, _, _ in steps]
+    assert [n for n in names if n not in (FIRST_TASK, LATER_TASK)] == [
+        "intake.begin_attempt",
+        "capture.project",
+        "capture.extract",
+        "capture.review",
+        "capture.reconcile",
+        "intake.resolve",
+    ]
+    assert names[0] == FIRST_TASK and names.count(FIRST_TASK) == 1
+    assert all(dispatch >= 0 and work >= 0 for _, dispatch, work in steps)
