@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from tempomem.storage import replay_sidecar
+from tempomem.storage.index_backlog import IndexBacklog
 from tempomem.storage.intake import Intake, IntakeError, RecordState
 from tempomem.storage.intake_tidy import (
     check_record,
@@ -36,6 +37,9 @@ class HealthReport(BaseModel):
     ledger_entries: int | None
     problems: list[str]  # each names a check and an id, never content
     mismatches: list[str] = []  # sidecar entries whose lines are not in canonical Markdown (RPL-10)
+    # Days whose lines a batch run's group commit has not indexed yet (issue #15 item 2): a running
+    # backfill, or one that crashed and awaits the sweeper. Counted, never named by content.
+    index_backlog_days: int = 0
 
 
 def audit(
@@ -77,18 +81,24 @@ def audit(
     mismatches = _sidecar_mismatches(Path(root), problems)
     if index_sessions is not None:
         mismatches += _session_mismatches(Path(root), index_sessions)
+    backlog_days = len(IndexBacklog(Path(root)).marked_days())
     if problems:
         status: HealthStatus = "degraded"
     elif mismatches:
         status = "canonical_mismatch"
     elif counts["dead"]:
         status = "dead_letters_present"
-    elif counts["pending"]:
+    elif counts["pending"] or backlog_days:
         status = "in_progress"
     else:
         status = "ok"
     return HealthReport(
-        status=status, counts=counts, ledger_entries=entries, problems=problems, mismatches=mismatches
+        status=status,
+        counts=counts,
+        ledger_entries=entries,
+        problems=problems,
+        mismatches=mismatches,
+        index_backlog_days=backlog_days,
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage.fsio import UnsafePathError
+from tempomem.storage.health import audit
 from tempomem.storage.index_backlog import IndexBacklog
 from tempomem.storage.intake import build_payload
 from tempomem.storage.limits import INDEX_GROUP_MAX_LINES
@@ -107,3 +108,14 @@ def test_an_invalid_day_is_refused_before_anything_is_written(tmp_path: Path) ->
     with pytest.raises(ValueError, match="invalid day"):
         backlog.add("../../etc", bullet)
     assert not backlog.folder.exists() and backlog.pending_lines() == 0
+
+
+def test_health_counts_the_days_awaiting_the_flush_and_calls_the_store_in_progress(tmp_path: Path) -> None:
+    MemoryIndex(tmp_path, None).rebuild()
+    backlog = IndexBacklog(tmp_path)
+    backlog.add(*line(tmp_path, 1))
+    report = audit(tmp_path, now=T0)
+    assert (report.status, report.index_backlog_days, report.problems) == ("in_progress", 1, [])
+    backlog.flush(MemoryIndex(tmp_path, None))
+    report = audit(tmp_path, now=T0)
+    assert (report.status, report.index_backlog_days) == ("ok", 0)

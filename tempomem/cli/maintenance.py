@@ -221,6 +221,8 @@ def cmd_health(args: argparse.Namespace) -> int:
         print(report.model_dump_json(indent=2))
     else:
         print(f"{report.status}  " + "  ".join(f"{k}={v}" for k, v in report.counts.items()))
+        if report.index_backlog_days:
+            print(f"  index: {report.index_backlog_days} day(s) await the group commit's flush")
         for problem in report.problems:
             print(f"  problem: {problem}")
         for mismatch in report.mismatches:
