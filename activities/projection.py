@@ -44,19 +44,16 @@ class ProjectionActivities:
         return await run_blocking(self.flush_now)
 
     def flush_now(self) -> int:
-        from tempomem.recall.embedding import EmbeddingError
         from tempomem.recall.index import MemoryIndex
 
         ctx = self.ctx
         with exclusive_lock(ctx.root / STORE_LOCK):
             try:
                 return ctx.index_backlog.flush(MemoryIndex(ctx.root, self._embedder()))
-            except EmbeddingError as exc:
-                raise _failure(FailureCategory.EMBEDDING_UNAVAILABLE, exc) from None
-            except (OSError, UnsafePathError) as exc:
+            except (OSError, UnsafePathError) as exc:  # a marked day's file could not be read
                 raise _failure(FailureCategory.STORAGE_ERROR, exc) from None
             except Exception as exc:
-                raise _failure(FailureCategory.INDEX_ERROR, exc) from None
+                raise _index_failure(exc) from None
 
     def _embedder(self) -> EmbeddingProvider | None:
         return self.ctx.embedder if self.ctx.tier == "journal" else None
@@ -64,7 +61,6 @@ class ProjectionActivities:
     def project_now(self, ref: RecordRef, *, group_index: bool) -> ProjectionResult:
         """Project the record (blocking). ``group_index``: a batch run's line joins the group commit
         instead of its own upsert; a full or aged group is flushed here."""
-        from tempomem.recall.embedding import EmbeddingError
         from tempomem.recall.index import MemoryIndex
 
         ctx = self.ctx
@@ -93,10 +89,8 @@ class ProjectionActivities:
             # end with the line searchable (upsert is idempotent by id).
             try:
                 indexed = index.upsert([(projected.day, projected.bullet)])
-            except EmbeddingError as exc:
-                raise _failure(FailureCategory.EMBEDDING_UNAVAILABLE, exc) from None
             except Exception as exc:
-                raise _failure(FailureCategory.INDEX_ERROR, exc) from None
+                raise _index_failure(exc) from None
         return ProjectionResult(target="daily", lines_added=len(projected.added), indexed=indexed)
 
     def _flush_if_due(self, index: MemoryIndex) -> int:
@@ -116,3 +110,12 @@ def _failure(category: FailureCategory, exc: BaseException) -> ApplicationError:
     """A content-free failure: the category and the exception type, never its message (may hold text)."""
     activity.logger.warning("projection failed: %s (%s)", category.value, type(exc).__name__)
     return ApplicationError(type(exc).__name__, type=category.value, non_retryable=True)
+
+
+def _index_failure(exc: Exception) -> ApplicationError:
+    """An index update that failed: the embedder was unavailable, or the index itself failed."""
+    from tempomem.recall.embedding import EmbeddingError
+
+    if isinstance(exc, EmbeddingError):
+        return _failure(FailureCategory.EMBEDDING_UNAVAILABLE, exc)
+    return _failure(FailureCategory.INDEX_ERROR, exc)

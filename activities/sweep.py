@@ -39,6 +39,7 @@ from tempomem.workflows.common import (
 
 log = logging.getLogger("tempomem.capture")
 
+
 async def start_capture(
     client: Client,
     *,

@@ -15,33 +15,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tempomem.storage.fsio import ensure_private_dir, fsync_dir
 from tempomem.storage.limits import FILE_MODE, INDEX_GROUP_MAX_LINES, INDEX_GROUP_MAX_SECONDS
-from tempomem.storage.markdown import Bullet, iter_day_bullets
+from tempomem.storage.markdown import Bullet, is_day, iter_day_bullets
 
 if TYPE_CHECKING:
     from tempomem.recall.index.query import MemoryIndex
 
 BACKLOG_DIR = "backlog"
-_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
-
-
-def _is_day(name: str) -> bool:
-    if _DAY.fullmatch(name) is None:
-        return False
-    try:
-        date.fromisoformat(name)
-    except ValueError:
-        return False
-    return True
 
 
 @dataclass
@@ -64,13 +51,13 @@ class IndexBacklog:
     def marked_days(self) -> list[str]:
         """Days with a marker on disk: their Markdown may be ahead of the index."""
         with contextlib.suppress(FileNotFoundError):
-            return sorted(n for n in os.listdir(self.folder) if _is_day(n))
+            return sorted(n for n in os.listdir(self.folder) if is_day(n))
         return []
 
     def add(self, day: str, bullet: Bullet) -> None:
         """Defer ``bullet``'s index update. Its marker is durable when this returns (caller holds the
         store lock, after the Markdown write and before the record resolves)."""
-        if not _is_day(day):
+        if not is_day(day):
             raise ValueError(f"invalid day {day!r}, expected YYYY-MM-DD")
         with self._lock:
             if day not in self._mine:

@@ -259,7 +259,8 @@ def serialize_document(doc: MarkdownDocument) -> str:
     return out if doc.trailing_newline else out.removesuffix("\n")
 
 
-def _is_day(day: str) -> bool:
+def is_day(day: str) -> bool:
+    """``YYYY-MM-DD`` naming a real date (the name of a day file, without ``.md``)."""
     try:
         return _DAY_RE.fullmatch(day) is not None and dt.date.fromisoformat(day) is not None
     except ValueError:  # e.g. 2026-02-30
@@ -267,7 +268,7 @@ def _is_day(day: str) -> bool:
 
 
 def new_document(day: str) -> MarkdownDocument:
-    if not _is_day(day):
+    if not is_day(day):
         raise MarkdownFormatError(f"invalid day {day!r}, expected YYYY-MM-DD")
     return MarkdownDocument([RawLine(f"# {day}"), RawLine("")])
 
@@ -359,7 +360,7 @@ def day_files(root: Path, folder: str = "daily") -> list[tuple[str, Path]]:
     if not directory.is_dir():
         return []
     # Temp files (".x.md.tmp-123"), notes and misnamed files are not day files.
-    days = [e.name[:-3] for e in directory.iterdir() if e.name.endswith(".md") and _is_day(e.name[:-3])]
+    days = [e.name[:-3] for e in directory.iterdir() if e.name.endswith(".md") and is_day(e.name[:-3])]
     return [(day, directory / f"{day}.md") for day in sorted(days)]
 
 
@@ -379,7 +380,7 @@ def iter_day_bullets(root: Path, day: str, folder: str = "daily") -> Iterator[Bu
     """The bullets of one day file, as ``iter_bullets`` yields them (none when the file is absent; a
     folder or symlink in its place raises, as ``read_document`` does)."""
     path = Path(root) / folder / f"{day}.md"
-    if _is_day(day) and os.path.lexists(path):
+    if is_day(day) and os.path.lexists(path):
         yield from _bullets_of(day, path, folder)
 
 
