@@ -43,6 +43,10 @@ import duckdb
 # go within POLL_SECONDS; they keep a worker's or an agent host's index warm between turns.
 IDLE_SECONDS = 10.0
 ANCHOR_IDLE_SECONDS = 10.0
+# At most this many kept connections (and, apart, anchors) per process, least recently used closed
+# first: each is an open DuckDB database (~5-15 MB), and one worker process may serve hundreds of
+# stores (issue #16), so what is kept must not grow with the number of stores.
+KEEP_MAX = 16
 POLL_SECONDS = 0.05
 WANT_NAME = ".want"
 
@@ -124,6 +128,7 @@ def release(db: Path, con: duckdb.DuckDBPyConnection) -> None:
     key = str(db)
     ident = identity(db)
     keep = False
+    evicted: duckdb.DuckDBPyConnection | None = None
     with _LOCK:
         _forget_after_fork()
         entry = _ENTRIES.get(key)
@@ -134,13 +139,25 @@ def release(db: Path, con: duckdb.DuckDBPyConnection) -> None:
             entry.last_used = time.monotonic()
             keep = True
         elif entry is None and ident is not None:
-            # ``<index>/gen-N/fts.duckdb`` → ``<index>/.want``
-            _ENTRIES[key] = _Entry(con, ident, time.monotonic(), Path(db).parent.parent / WANT_NAME)
-            keep = True
+            evicted = _evict_idle(_ENTRIES) if len(_ENTRIES) >= KEEP_MAX else None
+            if len(_ENTRIES) < KEEP_MAX:
+                # ``<index>/gen-N/fts.duckdb`` → ``<index>/.want``
+                _ENTRIES[key] = _Entry(con, ident, time.monotonic(), Path(db).parent.parent / WANT_NAME)
+                keep = True
         if keep:
             _ensure_poller()
     if not keep:
         con.close()
+    if evicted is not None:
+        evicted.close()
+
+
+def _evict_idle(entries: dict[str, _Entry]) -> duckdb.DuckDBPyConnection | None:
+    """Remove the least recently used idle entry (caller holds ``_LOCK``); its connection, to close."""
+    idle = [(e.last_used, k) for k, e in entries.items() if not e.in_use]
+    if not idle:
+        return None
+    return entries.pop(min(idle)[1]).con
 
 
 def drop(under: Path, *, anchors: bool = True) -> None:
@@ -249,10 +266,22 @@ def keep_anchor(db: Path, con: duckdb.DuckDBPyConnection, config: dict[str, obje
     with _LOCK:
         _forget_after_fork()
         old = _ANCHORS.pop(key, None)
+        evicted = []
+        while len(_ANCHORS) >= KEEP_MAX:  # the least recently used anchor makes room
+            evicted.append(_ANCHORS.pop(min(_ANCHORS, key=lambda k: _ANCHORS[k].last_used)).con)
         _ANCHORS[key] = _Anchor(con, dict(config), want, time.monotonic())
         _ensure_poller()
     if old is not None and old.con is not con:
         old.con.close()
+    for stale in evicted:
+        stale.close()
+
+
+def kept() -> tuple[int, int]:
+    """How many read-only connections and writer anchors this process keeps open now (for status)."""
+    with _LOCK:
+        _forget_after_fork()
+        return len(_ENTRIES), len(_ANCHORS)
 
 
 def _ensure_poller() -> None:

@@ -78,6 +78,16 @@ def store_id(root: Path) -> str:
     return found
 
 
+def looks_like_store(root: Path) -> bool:
+    """Whether ``root`` is a memory store: it holds a store id, or what a store made before ids held.
+
+    Never writes; a ``.store-id`` that does not hold an id raises ``StoreIdError``.
+    """
+    if read_store_id(root) is not None:
+        return True
+    return any(os.path.lexists(Path(root) / name) for name in _STORE_CONTENT)
+
+
 def is_path_named(root: Path, sid: str) -> bool:
     """Whether ``sid`` is a store's pre-id name (its capture workflows may still use the old id form)."""
     return sid == path_store_id(root)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -225,12 +226,16 @@ async def run_worker(
     schedule: bool = True,
     snapshot_sinks: list[Sink] | None = None,
     model_slots: asyncio.Semaphore | None = None,
+    executor: concurrent.futures.Executor | None = None,
+    on_ready: Callable[[SweepResult], None] | None = None,
 ) -> SweepResult:
     """Run until ``stop`` is set; shutdown drains for up to 10 s (INTAKE-16). Returns the start sweep.
 
     Snapshots of the intake are republished after every transition this worker makes (INTAKE-31),
     including the shutdown state. ``model_slots``, shared by the stores one process runs, caps that
-    process's model calls in flight across them (each store's own cap is ``memory.llm.concurrency``).
+    process's model calls in flight across them (each store's own cap is ``memory.llm.concurrency``);
+    ``executor``, likewise shared, is the thread pool their activities run on (else one of 4 threads).
+    ``on_ready`` is called with the start sweep once the worker polls and its schedules exist.
     """
     ctx.client = client
     ctx.model_slots = model_slots
@@ -238,20 +243,28 @@ async def run_worker(
         check_capture_models(ctx.capture)  # refuse now rather than fail every turn for 44.5 h
     publisher = SnapshotPublisher(ctx.intake, snapshot_sinks)
     try:
-        return await _run(client, ctx, stop=stop, schedule=schedule, publisher=publisher)
+        run = functools.partial(_run, client, ctx, stop=stop, schedule=schedule, publisher=publisher)
+        if executor is not None:
+            return await run(executor=executor, on_ready=on_ready)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tempomem-act") as own:
+            return await run(executor=own, on_ready=on_ready)
     finally:
         publisher.set_shutdown("stopped")
         publisher.close()
 
 
 async def _run(
-    client: Client, ctx: StoreContext, *, stop: asyncio.Event, schedule: bool, publisher: SnapshotPublisher
+    client: Client,
+    ctx: StoreContext,
+    *,
+    stop: asyncio.Event,
+    schedule: bool,
+    publisher: SnapshotPublisher,
+    executor: concurrent.futures.Executor,
+    on_ready: Callable[[SweepResult], None] | None = None,
 ) -> SweepResult:
     # One worker owns a memory root; the fence also keeps operator commands off a live store (AMB-02).
-    with (
-        hold_fence(ctx.root, what="second worker"),
-        concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tempomem-act") as executor,
-    ):
+    with hold_fence(ctx.root, what="second worker"):
         refuse_start_before_rebuild(ctx.root)  # RPL-17: adopt-replay must be followed by a rebuild
         # Finish (or discard) an interrupted `tempomem import` before this worker touches the store.
         recover_interrupted_import(ctx.root)
@@ -282,6 +295,8 @@ async def _run(
                 await ensure_sweep_schedule(client, ctx)
                 await ensure_consolidation_schedule(client, ctx)
             publisher.notify()
+            if on_ready is not None:
+                on_ready(swept)
             await stop.wait()
             publisher.set_shutdown("draining")
     return swept

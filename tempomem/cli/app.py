@@ -71,6 +71,7 @@ def expected_failures() -> list[Failure]:
     from tempomem.config import ConfigError, SecretMissingError
     from tempomem.connect import TemporalConnectError
     from tempomem.devserver import DevServerError
+    from tempomem.fleet import FleetConfigError
     from tempomem.storage.fence import AgentRunningError, RebuildRequiredError
     from tempomem.storage.intake import RetainedPlanError
     from tempomem.storage.replay_sidecar import SidecarError
@@ -86,6 +87,7 @@ def expected_failures() -> list[Failure]:
                 SecretMissingError,
                 TemporalConnectError,
                 RebuildRequiredError,
+                FleetConfigError,
             ),
             plain,
             EXIT_ERROR,

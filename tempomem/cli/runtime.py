@@ -12,7 +12,9 @@ from tempomem.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     STATE_DIR,
+    MissingStoreError,
     load_args_config,
+    positive_int,
     store_from_args,
 )
 
@@ -40,11 +42,42 @@ def register(sub: Any) -> None:
         p.set_defaults(func=func)
         if name == "demo":
             p.add_argument("--stop-server", action="store_true", help="stop a dev server the demo started")
+        else:
+            _add_fleet_options(p)
 
     p = sub.add_parser("server", help="start/stop/status of the bundled Temporal dev server")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--state-dir", default=STATE_DIR)
     p.set_defaults(func=cmd_server)
+
+
+def _add_fleet_options(p: argparse.ArgumentParser) -> None:
+    from tempomem.fleet import ACTIVITY_THREADS_DEFAULT, SCAN_SECONDS_DEFAULT
+
+    p.add_argument(
+        "--stores",
+        metavar="DIR",
+        help="serve every memory store directly under DIR in this one process (each with its own task "
+        "queue, fence, sweep and health; stores created later are picked up; anything else there is "
+        "reported and skipped). Every store uses this config, with memory.path set to the store",
+    )
+    p.add_argument(
+        "--scan-seconds",
+        type=float,
+        default=SCAN_SECONDS_DEFAULT,
+        help=f"with --stores: how often DIR is scanned for new stores (default {SCAN_SECONDS_DEFAULT:g})",
+    )
+    p.add_argument(
+        "--activity-threads",
+        type=positive_int,
+        default=ACTIVITY_THREADS_DEFAULT,
+        help=f"with --stores: threads shared by all stores' activities (default {ACTIVITY_THREADS_DEFAULT})",
+    )
+    p.add_argument(
+        "--model-calls",
+        type=positive_int,
+        help="with --stores: model calls in flight across all stores (default: each store's own cap only)",
+    )
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -83,6 +116,8 @@ def _ensure_local_server(config, state_dir: Path) -> bool:
 def cmd_worker(args: argparse.Namespace) -> int:
     from tempomem.worker import run_worker
 
+    if getattr(args, "stores", None):
+        return _run_fleet(args)
     store = store_from_args(args)
 
     async def main() -> None:
@@ -98,6 +133,47 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
         swept = await run_worker(client, store.worker_context(client), stop=stop)
         print(f"stopped (start sweep: {swept.due} due, {swept.started} started)")
+
+    asyncio.run(main())
+    return EXIT_OK
+
+
+def _print_store(status) -> None:  # StoreStatus; content-free: path, id, state, reason
+    sid = status.store_id or "-"
+    why = f" ({status.reason})" if status.reason else ""
+    print(f"store {status.path} [{sid}]: {status.state}{why}", flush=True)
+
+
+def _run_fleet(args: argparse.Namespace) -> int:
+    from tempomem.fleet import Fleet
+
+    config, base = load_args_config(args)
+    stores_dir = Path(args.stores)
+    if not stores_dir.is_dir():
+        raise MissingStoreError(f"no stores directory at {stores_dir}; nothing was created")
+
+    async def main() -> None:
+        client = await _connect(config, base)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        fleet = Fleet(
+            client,
+            config,
+            stores_dir,
+            scan_seconds=args.scan_seconds,
+            activity_threads=args.activity_threads,
+            model_calls=args.model_calls,
+            on_change=_print_store,
+        )
+        print(
+            f"worker for the stores under {stores_dir} (scanned every {args.scan_seconds:g} s; Ctrl-C "
+            "stops, each store draining up to 10 s)",
+            flush=True,
+        )
+        status = await fleet.run(stop)
+        print(f"stopped ({len(status.stores)} path(s) seen, {len(status.skipped)} skipped)")
 
     asyncio.run(main())
     return EXIT_OK

@@ -1,0 +1,189 @@
+"""One worker process serving every store under a directory (issue #16 items 1 and 2, tempomem.fleet).
+
+On a real dev server: each store keeps its own task queue and fence, stores created while the worker
+runs are picked up, a store another process owns is refused (and taken over once it is free) without
+stopping the others, and anything under the directory that is not a usable store is reported by path
+and skipped. Two fleets on two roots share one namespace and the same run id in their stores."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from tempomem.config import TempomemConfig, load_config_data
+from tempomem.fleet import Fleet, FleetConfigError, StoreStatus, scan_stores, store_config
+from tempomem.storage.fence import hold_fence
+from tempomem.storage.markdown import iter_bullets
+from tempomem.storage.store_ref import STORE_ID_FILE, store_id
+from tempomem.store import MemoryStore
+from tests.conftest import make_config
+from tests.test_capture_flow import outcome_of, turn, wait_until
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def fleet_config(stores: Path) -> TempomemConfig:
+    return make_config(stores / "unused", mode="lite")
+
+
+def agent_store(config: TempomemConfig, root: Path, client: Client) -> MemoryStore:
+    """What the agent host opens: the store on its own disk, under the worker's stores directory."""
+    return MemoryStore(store_config(config, root), client=client, first_delay_seconds=1)
+
+
+@contextlib.asynccontextmanager
+async def serving(fleet: Fleet) -> AsyncIterator[asyncio.Task]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(fleet.run(stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        await task
+
+
+def private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700)
+    return path
+
+
+def test_scan_reports_what_is_not_a_usable_store_by_path(tmp_path: Path) -> None:
+    stores = private_dir(tmp_path / "stores")
+    good = private_dir(stores / "alice")
+    store_id(good)
+    private_dir(stores / "empty")  # not a store: no id, no store content
+    loose = private_dir(stores / "loose")
+    store_id(loose)
+    os.chmod(loose, 0o755)
+    corrupt = private_dir(stores / "corrupt")
+    (corrupt / STORE_ID_FILE).write_text("not-an-id\n")
+    os.chmod(corrupt / STORE_ID_FILE, 0o600)
+    (stores / "notes.txt").write_text("x")
+    (stores / "link").symlink_to(good)
+    private_dir(stores / ".hidden")
+
+    found = scan_stores(stores)
+
+    assert found.stores == [good]
+    reasons = {s.path.name: s.reason for s in found.skipped}
+    assert set(reasons) == {"empty", "loose", "corrupt", "notes.txt", "link"}
+    assert reasons["empty"].startswith("not a tempomem store")
+    assert reasons["loose"] == "wrong permissions: mode 755, expected 700"
+    assert reasons["corrupt"].startswith("corrupt:") and "not-an-id" not in reasons["corrupt"]
+    assert reasons["link"].startswith("a symlink")
+    assert os.stat(loose).st_mode & 0o777 == 0o755  # reported, never repaired behind the owner's back
+    assert not (stores / "empty" / STORE_ID_FILE).exists()  # a scan writes nothing
+
+
+def test_a_config_with_one_task_queue_cannot_serve_many_stores(tmp_path: Path) -> None:
+    config = load_config_data(
+        {"memory": {"mode": "lite", "path": str(tmp_path)}, "temporal": {"taskQueue": "shared"}}
+    )
+    with pytest.raises(FleetConfigError, match=r"temporal\.taskQueue"):
+        Fleet(None, config, tmp_path)  # type: ignore[arg-type]  # refused before any connection
+
+
+async def test_one_process_serves_every_store_and_skips_the_rest(client: Client, tmp_path: Path) -> None:
+    stores = private_dir(tmp_path / "stores")
+    config = fleet_config(stores)
+    alice = agent_store(config, stores / "alice", client)
+    bob = agent_store(config, stores / "bob", client)
+    one = await alice.persist_completed_turn(turn("shared-run", "Alice keeps the blue kayak."))
+    two = await bob.persist_completed_turn(turn("shared-run", "Bob keeps the red canoe."))
+    private_dir(stores / "stray")  # not a store
+    owned = agent_store(config, stores / "owned", client)
+    three = await owned.persist_completed_turn(turn("owned-run", "Owned keeps the green raft."))
+    seen: list[StoreStatus] = []
+    fleet = Fleet(
+        client, config, stores, scan_seconds=0.2, schedule=False, on_change=lambda s: seen.append(s)
+    )
+
+    with hold_fence(owned.root, what="test"):  # another live process owns this store
+        async with serving(fleet):
+            assert (await outcome_of(client, one)).state == "resolved"
+            assert (await outcome_of(client, two)).state == "resolved"
+            # A store made while the worker runs is picked up at a later scan.
+            carol = agent_store(config, stores / "carol", client)
+            four = await carol.persist_completed_turn(turn("carol-run", "Carol keeps the yellow dinghy."))
+            assert (await outcome_of(client, four)).state == "resolved"
+            status = fleet.status.stores
+            assert status[owned.root].state == "skipped"
+            assert "owned by another live worker" in (status[owned.root].reason or "")
+            assert status[stores / "stray"].state == "skipped"
+            assert {p.name for p, s in status.items() if s.state == "running"} == {"alice", "bob", "carol"}
+            assert status[alice.root].store_id == alice.store_id
+            assert [b.text for _, b in iter_bullets(owned.root, "daily")] == []  # not curated elsewhere
+    # Its owner stopped: the next run takes the store over and curates what waited.
+    async with serving(Fleet(client, config, stores, scan_seconds=0.2, schedule=False)):
+        assert (await outcome_of(client, three)).state == "resolved"
+    texts = {root.name: [b.text for _, b in iter_bullets(root, "daily")] for root in (alice.root, bob.root)}
+    assert texts == {
+        "alice": ["Assistant: Alice keeps the blue kayak."],
+        "bob": ["Assistant: Bob keeps the red canoe."],
+    }
+    # Reported once per change, not once per scan.
+    owned_reports = [s for s in seen if s.path == owned.root]
+    assert len(owned_reports) == 1
+
+
+async def test_two_hosts_share_one_namespace_each_with_its_own_stores(client: Client, tmp_path: Path) -> None:
+    """#16 item 2: two worker processes' fleets on two roots (two hosts' disks), one namespace; the same
+    run id admitted on both hosts is curated once in each store, by the host that holds it."""
+    roots = [private_dir(tmp_path / "host-a"), private_dir(tmp_path / "host-b")]
+    configs = [fleet_config(root) for root in roots]
+    admitted = []
+    for config, root in zip(configs, roots, strict=True):
+        for name in ("u1", "u2"):
+            store = agent_store(config, root / name, client)
+            admitted.append(await store.persist_completed_turn(turn("same-run", f"{root.name} {name} note.")))
+    assert len({a.workflow_id for a in admitted}) == 4
+    fleets = [
+        Fleet(client, c, r, scan_seconds=0.2, schedule=False) for c, r in zip(configs, roots, strict=True)
+    ]
+    async with serving(fleets[0]), serving(fleets[1]):
+        outcomes = [await outcome_of(client, a) for a in admitted]
+    assert [o.state for o in outcomes] == ["resolved"] * 4
+    for root in roots:
+        for name in ("u1", "u2"):
+            assert [b.text for _, b in iter_bullets(root / name, "daily")] == [
+                f"Assistant: {root.name} {name} note."
+            ]
+
+
+async def test_a_store_whose_worker_fails_does_not_stop_the_others(client: Client, tmp_path: Path) -> None:
+    stores = private_dir(tmp_path / "stores")
+    config = fleet_config(stores)
+    broken = agent_store(config, stores / "broken", client)
+    await broken.persist_completed_turn(turn("b-run", "Broken store note."))
+    (broken.root / ".rebuild-required").write_bytes(b"adopt-replay\n")  # RPL-17 refuses this store
+    fine = agent_store(config, stores / "fine", client)
+    done = await fine.persist_completed_turn(turn("f-run", "Fine store note."))
+    fleet = Fleet(client, config, stores, scan_seconds=0.2, schedule=False)
+    async with serving(fleet):
+        assert (await outcome_of(client, done)).state == "resolved"
+        await wait_until(
+            lambda: getattr(fleet.status.stores.get(broken.root), "state", None) == "skipped", timeout=30
+        )
+        assert "RebuildRequiredError" in (fleet.status.stores[broken.root].reason or "")
+
+
+def test_cli_refuses_a_missing_stores_directory(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempomem.cli", "worker", "--stores", str(missing)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"no stores directory at {missing}" in proc.stderr
+    assert not missing.exists()
