@@ -132,7 +132,13 @@ def initial_attributes(store_id: str, tier: str, write_mode: str) -> TypedSearch
 
 
 async def register_search_attributes(client: Client) -> bool:
-    """Register the Tempomem* attributes on the client's namespace. False when not permitted here."""
+    """Register the Tempomem* attributes on the client's namespace. False when not permitted here.
+
+    Once this client has seen them all registered it does not ask again: a process serving many stores
+    calls this for each (issue #16), and a thousand identical requests would only spend the namespace's
+    request rate."""
+    if _REGISTERED.get(client, {}).get(client.namespace):
+        return True
     types = {str: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD, int: IndexedValueType.INDEXED_VALUE_TYPE_INT}
     request = AddSearchAttributesRequest(
         namespace=client.namespace,

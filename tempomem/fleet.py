@@ -242,6 +242,7 @@ class Fleet:
                 model_slots=self.model_slots,
                 executor=executor,
                 on_ready=functools.partial(self._ready, root, ctx.store_id),
+                few_pollers=True,
             ),
             name=f"tempomem-store-{ctx.store_id}",
         )

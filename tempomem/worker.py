@@ -24,7 +24,7 @@ from temporalio.client import (
     SchedulePolicy,
     ScheduleSpec,
 )
-from temporalio.worker import Worker, WorkflowRunner
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from tempomem.activities.consolidation import ensure_consolidation_schedule
@@ -181,10 +181,23 @@ def build_model_worker(client: Client, ctx: StoreContext, queue: str) -> Worker:
     )
 
 
-def build_worker(client: Client, ctx: StoreContext, *, executor: concurrent.futures.Executor) -> Worker:
+def build_worker(
+    client: Client, ctx: StoreContext, *, executor: concurrent.futures.Executor, few_pollers: bool = False
+) -> Worker:
     """One activity at a time on the store's queue: captures of one store never race each other
-    (INTAKE-15); extraction and review may run on the model queue beside it (``build_model_worker``)."""
+    (INTAKE-15); extraction and review may run on the model queue beside it (``build_model_worker``).
+
+    ``few_pollers`` (a process serving many stores, ``tempomem.fleet``): one activity poll, since the
+    store has one activity slot, and two workflow polls (sticky and normal) instead of Temporal's five
+    each; at a thousand stores the default polls alone exceed a namespace's request rate.
+    """
     parts = store_worker_parts(ctx, client)
+    polling: dict[str, Any] = {}
+    if few_pollers:
+        polling = {
+            "workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(2),
+            "activity_task_poller_behavior": PollerBehaviorSimpleMaximum(1),
+        }
     return Worker(
         client,
         task_queue=parts.task_queue,
@@ -194,6 +207,7 @@ def build_worker(client: Client, ctx: StoreContext, *, executor: concurrent.futu
         max_concurrent_activities=1,
         graceful_shutdown_timeout=timedelta(seconds=SHUTDOWN_DRAIN_SECONDS),
         workflow_runner=parts.workflow_runner,
+        **polling,
     )
 
 
@@ -228,6 +242,7 @@ async def run_worker(
     model_slots: asyncio.Semaphore | None = None,
     executor: concurrent.futures.Executor | None = None,
     on_ready: Callable[[SweepResult], None] | None = None,
+    few_pollers: bool = False,
 ) -> SweepResult:
     """Run until ``stop`` is set; shutdown drains for up to 10 s (INTAKE-16). Returns the start sweep.
 
@@ -235,7 +250,8 @@ async def run_worker(
     including the shutdown state. ``model_slots``, shared by the stores one process runs, caps that
     process's model calls in flight across them (each store's own cap is ``memory.llm.concurrency``);
     ``executor``, likewise shared, is the thread pool their activities run on (else one of 4 threads).
-    ``on_ready`` is called with the start sweep once the worker polls and its schedules exist.
+    ``on_ready`` is called with the start sweep once the worker polls and its schedules exist;
+    ``few_pollers`` is for a process serving many stores (``build_worker``).
     """
     ctx.client = client
     ctx.model_slots = model_slots
@@ -243,7 +259,9 @@ async def run_worker(
         check_capture_models(ctx.capture)  # refuse now rather than fail every turn for 44.5 h
     publisher = SnapshotPublisher(ctx.intake, snapshot_sinks)
     try:
-        run = functools.partial(_run, client, ctx, stop=stop, schedule=schedule, publisher=publisher)
+        run = functools.partial(
+            _run, client, ctx, stop=stop, schedule=schedule, publisher=publisher, few_pollers=few_pollers
+        )
         if executor is not None:
             return await run(executor=executor, on_ready=on_ready)
         with concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tempomem-act") as own:
@@ -262,6 +280,7 @@ async def _run(
     publisher: SnapshotPublisher,
     executor: concurrent.futures.Executor,
     on_ready: Callable[[SweepResult], None] | None = None,
+    few_pollers: bool = False,
 ) -> SweepResult:
     # One worker owns a memory root; the fence also keeps operator commands off a live store (AMB-02).
     with hold_fence(ctx.root, what="second worker"):
@@ -280,7 +299,7 @@ async def _run(
                 tidied.commitments_finished,
                 ", ".join(f"{q.id} ({q.reason})" for q in tidied.quarantined) or "none",
             )
-        worker = build_worker(client, ctx, executor=executor)
+        worker = build_worker(client, ctx, executor=executor, few_pollers=few_pollers)
         parallel = model_concurrency(ctx) > 1
         ctx.model_task_queue = model_task_queue(ctx.task_queue) if parallel else None
         model_worker = build_model_worker(client, ctx, ctx.model_task_queue) if ctx.model_task_queue else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -187,3 +188,52 @@ def test_cli_refuses_a_missing_stores_directory(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     assert f"no stores directory at {missing}" in proc.stderr
     assert not missing.exists()
+
+
+def test_health_reports_every_store_under_a_directory_and_the_totals(tmp_path: Path) -> None:
+    """#16 item 4: `health --stores DIR` audits each store, lists what was skipped, sums the counts;
+    content-free, and exit 1 while one store is unhealthy."""
+    from tempomem.storage.intake import FailureCategory, Intake, build_payload
+    from tests.test_operator_cli import NOW
+
+    stores = private_dir(tmp_path / "stores")
+    ids = {}
+    for name in ("alice", "bob"):
+        root = private_dir(stores / name)
+        store_id(root)
+        secret = f"Okapi-{name}-2291 is the boat"
+        t = turn(f"{name}-run", secret, user_text=secret)
+        payload = build_payload(t, write_mode="append-host-summary", tier="lite")
+        Intake(root).admit(payload)
+        ids[name] = payload.id
+    private_dir(stores / "stray")
+
+    def health(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tempomem.cli", "health", "--stores", str(stores), *extra],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+
+    report = health("--json")
+    data = json.loads(report.stdout)
+    assert report.returncode == 1  # the stray directory is reported
+    assert [(s["path"], s["status"]) for s in data["stores"]] == [
+        (str(stores / "alice"), "in_progress"),
+        (str(stores / "bob"), "in_progress"),
+    ]
+    stray = {"path": str(stores / "stray"), "reason": "not a tempomem store (no .store-id)"}
+    assert data["skipped"] == [stray]
+    assert data["total"]["stores"] == 2 and data["total"]["counts"]["pending"] == 2
+    assert "Okapi" not in report.stdout + report.stderr
+
+    Intake(stores / "bob").dead_letter(ids["bob"], FailureCategory.LLM_TIMEOUT, now=NOW)
+    only_bob = health("--store", "bob")
+    assert only_bob.returncode == 1
+    lines = only_bob.stdout.splitlines()
+    assert lines[0].startswith("dead_letters_present bob [")
+    assert lines[-1].startswith("total: 1 store(s), 1 unhealthy, 0 skipped")
+    assert health("--store", "alice").returncode == 0
+    assert health("--store", "nobody").returncode == 1

@@ -9,14 +9,18 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tempomem.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
+    MissingStoreError,
     store_from_args,
 )
 from tempomem.storage.intake import IntakeError, RecordState
+
+if TYPE_CHECKING:
+    from tempomem.storage.health import HealthReport
 
 
 def register(sub: Any) -> None:
@@ -61,6 +65,13 @@ def register(sub: Any) -> None:
         "health", help="strict content-free audit: in_progress, dead letters, ledger integrity"
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--stores",
+        metavar="DIR",
+        help="audit every store directly under DIR (as `worker --stores` serves them): one line per store, "
+        "what was skipped there, and the totals; exit 1 if any store is unhealthy or anything was skipped",
+    )
+    p.add_argument("--store", metavar="NAME", help="with --stores: only the store DIR/NAME")
     p.set_defaults(func=cmd_health)
 
     p = sub.add_parser(
@@ -203,12 +214,10 @@ def cmd_adopt_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_health(args: argparse.Namespace) -> int:
-    """CLI-13: strict, content-free audit. Exit 0 for ok/in_progress, 1 otherwise."""
+def _store_health(root: Path) -> HealthReport:
     from tempomem.recall.index import MemoryIndex
     from tempomem.storage.health import audit
 
-    root = store_from_args(args, must_exist=True).root
     unreadable: str | None = None
     try:
         sessions = MemoryIndex(root, None).provenance()  # PROV-14
@@ -217,17 +226,80 @@ def cmd_health(args: argparse.Namespace) -> int:
     report = audit(root, now=datetime.now(UTC), index_sessions=sessions)
     if unreadable is not None:
         report = report.model_copy(update={"status": "degraded", "problems": [*report.problems, unreadable]})
+    return report
+
+
+def _healthy(report: HealthReport) -> bool:
+    return report.status in ("ok", "in_progress")
+
+
+def _print_report(report: HealthReport, indent: str = "") -> None:
+    if report.index_backlog_days:
+        print(f"{indent}  index: {report.index_backlog_days} day(s) await the group commit's flush")
+    for problem in report.problems:
+        print(f"{indent}  problem: {problem}")
+    for mismatch in report.mismatches:
+        print(f"{indent}  mismatch: {mismatch}")
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    """CLI-13: strict, content-free audit. Exit 0 for ok/in_progress, 1 otherwise."""
+    if getattr(args, "stores", None):
+        return _health_of_stores(args)
+    report = _store_health(store_from_args(args, must_exist=True).root)
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
         print(f"{report.status}  " + "  ".join(f"{k}={v}" for k, v in report.counts.items()))
-        if report.index_backlog_days:
-            print(f"  index: {report.index_backlog_days} day(s) await the group commit's flush")
-        for problem in report.problems:
-            print(f"  problem: {problem}")
-        for mismatch in report.mismatches:
-            print(f"  mismatch: {mismatch}")
-    return EXIT_OK if report.status in ("ok", "in_progress") else EXIT_ERROR
+        _print_report(report)
+    return EXIT_OK if _healthy(report) else EXIT_ERROR
+
+
+def _health_of_stores(args: argparse.Namespace) -> int:
+    """#16 item 4: the audit of every store under a directory, one line each, and the totals."""
+    from tempomem.fleet import scan_stores
+    from tempomem.storage.store_ref import read_store_id
+
+    stores_dir = Path(args.stores)
+    if not stores_dir.is_dir():
+        raise MissingStoreError(f"no stores directory at {stores_dir}; nothing was created")
+    found = scan_stores(stores_dir)
+    stores, skipped = found.stores, found.skipped
+    if args.store:
+        stores = [r for r in stores if r.name == args.store]
+        skipped = [s for s in skipped if s.path.name == args.store]
+        if not stores and not skipped:
+            raise MissingStoreError(f"no store {args.store!r} under {stores_dir}")
+    reports = [(root, read_store_id(root), _store_health(root)) for root in stores]
+    totals: dict[str, int] = {}
+    for _, _, report in reports:
+        for key, value in report.counts.items():
+            totals[key] = totals.get(key, 0) + value
+    unhealthy = sum(1 for _, _, r in reports if not _healthy(r))
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "stores": [
+                        {"path": str(root), "store_id": sid, **report.model_dump(mode="json")}
+                        for root, sid, report in reports
+                    ],
+                    "skipped": [{"path": str(s.path), "reason": s.reason} for s in skipped],
+                    "total": {"stores": len(reports), "unhealthy": unhealthy, "counts": totals},
+                },
+                indent=2,
+            )
+        )
+    else:
+        for root, sid, report in reports:
+            counts = "  ".join(f"{k}={v}" for k, v in report.counts.items())
+            print(f"{report.status:<12} {root.name} [{sid}]  {counts}")
+            _print_report(report, indent="  ")
+        for s in skipped:
+            print(f"{'skipped':<12} {s.path.name}  ({s.reason})")
+        counts = "  ".join(f"{k}={v}" for k, v in totals.items())
+        print(f"total: {len(reports)} store(s), {unhealthy} unhealthy, {len(skipped)} skipped  {counts}")
+    return EXIT_OK if unhealthy == 0 and not skipped else EXIT_ERROR
 
 
 def cmd_curate_audit(args: argparse.Namespace) -> int:
