@@ -113,6 +113,15 @@ def _ensure_local_server(config, state_dir: Path) -> bool:
     return True
 
 
+def _stop_on_signals() -> asyncio.Event:
+    """An event that SIGINT or SIGTERM sets: the worker then drains and stops (call inside the loop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from tempomem.worker import run_worker
 
@@ -122,10 +131,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         client = await _connect(store.config, store.base_dir)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        stop = _stop_on_signals()
         print(
             f"worker for store {store.store_id} on task queue {store.task_queue} (Ctrl-C stops, "
             f"draining up to 10 s)",
@@ -154,10 +160,7 @@ def _run_fleet(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         client = await _connect(config, base)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        stop = _stop_on_signals()
         fleet = Fleet(
             client,
             config,
