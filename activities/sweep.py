@@ -119,6 +119,22 @@ async def search_attributes_registered(client: Client) -> bool:
     return known[client.namespace]
 
 
+async def batch_attributes(
+    client: Client, store_id: str, tier: str, write_mode: str
+) -> TypedSearchAttributes | None:
+    """What a backfill or re-curation starts with, so the UI lists one store's batch runs (#16 item 4);
+    None when the namespace lacks the attributes."""
+    if not await search_attributes_registered(client):
+        return None
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(sa.STORE_ID, store_id),
+            SearchAttributePair(sa.TIER, tier),
+            SearchAttributePair(sa.WRITE_MODE, write_mode),
+        ]
+    )
+
+
 def initial_attributes(store_id: str, tier: str, write_mode: str) -> TypedSearchAttributes:
     return TypedSearchAttributes(
         [

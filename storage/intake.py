@@ -156,6 +156,8 @@ class Intake:
         self.on_transition: Callable[[], None] | None = None
         # memory.capture.turnArchiveDays: how long resolved capture turns stay re-curatable (0 = never).
         self.archive_days = TURN_ARCHIVE_DAYS_DEFAULT
+        # Records this instance resolved as curated (a worker's figures; #16 item 4). Not persisted.
+        self.curated = 0
 
     def _transitioned(self) -> None:
         if self.on_transition is not None:
@@ -527,6 +529,8 @@ class Intake:
             _unlink_quiet(self._plan_path(folder, record_id))
             fsync_dir(folder)
             self._prune_receipts()
+            if outcome == "success":
+                self.curated += 1
         self._transitioned()
         return receipt
 

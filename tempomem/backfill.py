@@ -78,16 +78,10 @@ async def start_backfill(
     The workflow id is ``backfill-<store id>-<sha256 of the file>``: a second start while it runs returns
     the running one; a start after it finished runs it again (everything comes back ``duplicate``).
     """
-    from temporalio.common import (
-        SearchAttributePair,
-        TypedSearchAttributes,
-        WorkflowIDConflictPolicy,
-        WorkflowIDReusePolicy,
-    )
+    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
     from tempomem.activities.backfill import file_digest
-    from tempomem.activities.sweep import search_attributes_registered
-    from tempomem.workflows import search_attributes as sa
+    from tempomem.activities.sweep import batch_attributes
     from tempomem.workflows.backfill import (
         BACKFILL_WORKFLOW,
         BackfillInput,
@@ -100,14 +94,7 @@ async def start_backfill(
     fmt = detect_format(source_path, format)
     digest = await asyncio.to_thread(file_digest, source_path)
     memory = store.config.memory
-    with_attributes = await search_attributes_registered(client)
-    attributes = TypedSearchAttributes(
-        [
-            SearchAttributePair(sa.STORE_ID, store.store_id),
-            SearchAttributePair(sa.TIER, memory.mode),
-            SearchAttributePair(sa.WRITE_MODE, memory.write_mode),
-        ]
-    )
+    attributes = await batch_attributes(client, store.store_id, memory.mode, memory.write_mode)
     inp = BackfillInput(
         store_id=store.store_id,
         source=BackfillSource(path=str(source_path), digest=digest, format=fmt),
@@ -116,7 +103,7 @@ async def start_backfill(
         continue_as_new_every=continue_as_new_every,
         first_delay_seconds=store.first_delay_seconds,
         poll_seconds=poll_seconds,
-        search_attributes=with_attributes,
+        search_attributes=attributes is not None,
     )
     return await client.start_workflow(
         BACKFILL_WORKFLOW,
@@ -126,7 +113,7 @@ async def start_backfill(
         result_type=BackfillProgress,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        search_attributes=attributes if with_attributes else None,
+        search_attributes=attributes,
         static_summary=f"backfill {source_path.name} · {fmt} · {digest[:12]}… · store {store.store_id}",
         static_details=(
             "Content-free: the file stays on the worker host; counts are in the current details and the "

@@ -38,12 +38,15 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from tempomem.config import TempomemConfig
+    from tempomem.storage.intake import Intake
+    from tempomem.storage.intake_snapshot import IntakeSnapshot
     from tempomem.store import MemoryStore
     from tempomem.workflows.common import SweepResult
 
 log = logging.getLogger("tempomem.fleet")
 
 SCAN_SECONDS_DEFAULT = 5.0
+STATUS_SECONDS_DEFAULT = 60.0
 ACTIVITY_THREADS_DEFAULT = 8
 # Typed errors whose message is ours and content-free (paths and ids only); any other failure is
 # reported by its type name alone.
@@ -76,6 +79,26 @@ def _unsafe(path: Path, st: os.stat_result) -> str | None:
     return None
 
 
+def classify_store(path: Path) -> str | None:
+    """None when ``path`` is a store a stores worker serves, else why it is skipped (content-free).
+    Raises ``FileNotFoundError`` if nothing is there."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return "a symlink, not a store directory"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    unsafe = _unsafe(path, st)
+    if unsafe is not None:
+        return f"wrong permissions: {unsafe}"
+    try:
+        is_store = looks_like_store(path)
+    except (StoreIdError, UnsafePathError) as exc:
+        return f"corrupt: {exc}"
+    except OSError as exc:
+        return f"unreadable: {type(exc).__name__}"
+    return None if is_store else "not a tempomem store (no .store-id)"
+
+
 def scan_stores(stores_dir: Path) -> StoreScan:
     """The stores directly under ``stores_dir`` and what was skipped there. Hidden entries are ignored.
 
@@ -88,37 +111,20 @@ def scan_stores(stores_dir: Path) -> StoreScan:
         if child.name.startswith("."):
             continue
         try:
-            st = os.lstat(child)
+            reason = classify_store(child)
         except FileNotFoundError:  # removed while we looked
             continue
-        if stat.S_ISLNK(st.st_mode):
-            skipped.append(SkippedStore(child, "a symlink, not a store directory"))
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            skipped.append(SkippedStore(child, "not a directory"))
-            continue
-        unsafe = _unsafe(child, st)
-        if unsafe is not None:
-            skipped.append(SkippedStore(child, f"wrong permissions: {unsafe}"))
-            continue
-        try:
-            is_store = looks_like_store(child)
-        except (StoreIdError, UnsafePathError) as exc:
-            skipped.append(SkippedStore(child, f"corrupt: {exc}"))
-            continue
-        except OSError as exc:
-            skipped.append(SkippedStore(child, f"unreadable: {type(exc).__name__}"))
-            continue
-        if not is_store:
-            skipped.append(SkippedStore(child, "not a tempomem store (no .store-id)"))
-            continue
-        stores.append(child)
+        if reason is None:
+            stores.append(child)
+        else:
+            skipped.append(SkippedStore(child, reason))
     return StoreScan(stores, skipped)
 
 
 def store_config(config: TempomemConfig, root: Path) -> TempomemConfig:
-    """``config`` with ``memory.path`` set to ``root``: every store of a fleet shares the worker's config."""
-    memory = config.memory.model_copy(update={"path": str(root)})
+    """``config`` with ``memory.path`` set to ``root`` (made absolute, so no base folder moves it): every
+    store of a fleet shares the worker's config."""
+    memory = config.memory.model_copy(update={"path": str(Path(root).absolute())})
     return config.model_copy(update={"memory": memory})
 
 
@@ -151,6 +157,15 @@ class StoreStatus:
     state: str = "starting"  # starting | running | skipped | stopped
     reason: str | None = None
     start_sweep_due: int = 0
+    # The store's figures (#16 item 4), as its intake snapshot last published them; ``curated`` counts
+    # the turns this process curated since it began serving the store.
+    pending: int = 0
+    due: int = 0
+    dead: int = 0
+    curated: int = 0
+
+
+FIGURES = ("pending", "due", "dead", "curated")
 
 
 @dataclass
@@ -166,6 +181,44 @@ class FleetStatus:
     @property
     def skipped(self) -> list[StoreStatus]:
         return [s for s in self.stores.values() if s.state == "skipped"]
+
+    def totals(self) -> dict[str, int]:
+        """The figures summed over every store seen (a stopped store keeps its last figures)."""
+        return {name: sum(getattr(s, name) for s in self.stores.values()) for name in FIGURES}
+
+
+class StatusReport:
+    """The worker's periodic figures (#16 item 4), content-free: one line per store whose figures
+    changed since the last report, then the totals with the turns curated since the last report."""
+
+    def __init__(self, status: FleetStatus) -> None:
+        self.status = status
+        self._seen: dict[Path, tuple[str, int, int, int, int]] = {}
+        self._curated = 0
+
+    def lines(self, seconds: float) -> list[str]:
+        out = []
+        for path, s in sorted(self.status.stores.items()):
+            now = (s.state, s.pending, s.due, s.dead, s.curated)
+            before = self._seen.get(path)
+            if now == before:
+                continue
+            delta = s.curated - (before[4] if before else 0)
+            out.append(
+                f"store {path.name} [{s.store_id or '-'}]: {s.state}  pending={s.pending} due={s.due} "
+                f"dead={s.dead} curated={s.curated} (+{delta})"
+            )
+            self._seen[path] = now
+        totals = self.status.totals()
+        delta = totals["curated"] - self._curated
+        self._curated = totals["curated"]
+        rate = delta / seconds if seconds > 0 else 0.0
+        out.append(
+            f"total: {self.status.running} running, {len(self.status.skipped)} skipped  "
+            + " ".join(f"{k}={v}" for k, v in totals.items())
+            + f"  (+{delta} in {seconds:g} s, {rate:.2f}/s)"
+        )
+        return out
 
 
 @dataclass
@@ -243,6 +296,7 @@ class Fleet:
                 executor=executor,
                 on_ready=functools.partial(self._ready, root, ctx.store_id),
                 few_pollers=True,
+                snapshot_sinks=[functools.partial(self._figures, root, ctx.intake)],
             ),
             name=f"tempomem-store-{ctx.store_id}",
         )
@@ -250,6 +304,13 @@ class Fleet:
         current = self.status.stores.get(root)
         if current is None or current.state != "skipped":  # a retried store stays reported until it runs
             self._set(root, "starting", store_id=ctx.store_id)
+
+    def _figures(self, root: Path, intake: Intake, snap: IntakeSnapshot) -> None:
+        """A snapshot sink (the publisher's thread): plain int stores, read by whoever reports."""
+        status = self.status.stores.get(root)
+        if status is not None:
+            status.pending, status.due, status.dead = snap.pending, snap.due, snap.dead
+            status.curated = intake.curated
 
     def _ready(self, root: Path, sid: str, swept: SweepResult) -> None:
         self._set(root, "running", store_id=sid, start_sweep_due=swept.due)

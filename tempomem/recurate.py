@@ -105,7 +105,7 @@ async def start_recurate(
     commits stay in admission order whatever it is."""
     from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-    from tempomem.activities.sweep import search_attributes_registered
+    from tempomem.activities.sweep import batch_attributes
     from tempomem.workflows.recurate import (
         RECURATE_WORKFLOW,
         RecurateInput,
@@ -113,6 +113,8 @@ async def start_recurate(
         recurate_workflow_id,
     )
 
+    memory = store.config.memory
+    attributes = await batch_attributes(client, store.store_id, memory.mode, memory.write_mode)
     inp = RecurateInput(
         store_id=store.store_id,
         run_id=req.run_id,
@@ -123,7 +125,7 @@ async def start_recurate(
         batch_size=batch_size,
         window=window,
         first_delay_seconds=store.first_delay_seconds,
-        search_attributes=await search_attributes_registered(client),
+        search_attributes=attributes is not None,
     )
     return await client.start_workflow(
         RECURATE_WORKFLOW,
@@ -133,6 +135,7 @@ async def start_recurate(
         result_type=RecurateProgress,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        search_attributes=attributes,
         static_summary=(
             f"recurate {req.run_id}{' (dry run)' if req.dry_run else ''} · {inp.since} .. "
             f"{inp.until or 'now'} · model {req.model or 'configured'} · store {store.store_id}"

@@ -237,3 +237,194 @@ def test_health_reports_every_store_under_a_directory_and_the_totals(tmp_path: P
     assert lines[-1].startswith("total: 1 store(s), 1 unhealthy, 0 skipped")
     assert health("--store", "alice").returncode == 0
     assert health("--store", "nobody").returncode == 1
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tempomem.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+def test_inspect_reports_across_stores_and_the_store_selector_refuses_bad_names(tmp_path: Path) -> None:
+    """#16 item 4: `inspect --stores DIR` gives every store's counts and the totals, `inspect ID --stores
+    DIR` finds the store holding a record, `--store NAME` picks one store for any store command; a name
+    that is a path, a skipped store or a missing one is refused without creating anything. Content-free."""
+    from tempomem.storage.intake import Intake, build_payload
+
+    stores = private_dir(tmp_path / "stores")
+    ids: dict[str, list[str]] = {}
+    for name, n in (("alice", 1), ("bob", 2)):
+        root = private_dir(stores / name)
+        store_id(root)
+        ids[name] = []
+        for i in range(n):
+            secret = f"Okapi-{name}-{i} keeps the boat"
+            payload = build_payload(
+                turn(f"{name}-{i}", secret, user_text=secret), write_mode="append-host-summary", tier="lite"
+            )
+            Intake(root).admit(payload)
+            ids[name].append(payload.id)
+    private_dir(stores / "stray")
+    before = sorted(p.name for p in stores.iterdir())
+
+    across = _cli(tmp_path, "inspect", "--stores", str(stores), "--json")
+    assert across.returncode == 0, across.stderr
+    data = json.loads(across.stdout)
+    assert [(Path(s["path"]).name, s["counts"]["pending"]) for s in data["stores"]] == [
+        ("alice", 1),
+        ("bob", 2),
+    ]
+    assert data["stores"][1]["store_id"] == store_id(stores / "bob")
+    assert data["skipped"] == [
+        {"path": str(stores / "stray"), "reason": "not a tempomem store (no .store-id)"}
+    ]
+    assert data["total"]["stores"] == 2 and data["total"]["pending"] == 3
+    text = _cli(tmp_path, "inspect", "--stores", str(stores))
+    assert text.stdout.splitlines()[-1].startswith("total: 2 store(s), 1 skipped  pending=3")
+
+    found = _cli(tmp_path, "inspect", ids["bob"][1], "--stores", str(stores), "--json")
+    assert found.returncode == 0, found.stderr
+    [holder] = json.loads(found.stdout)
+    assert (Path(holder["path"]).name, holder["id"], holder["state"]) == ("bob", ids["bob"][1], "pending")
+    assert _cli(tmp_path, "inspect", "0" * 64, "--stores", str(stores)).returncode == 2
+
+    one = _cli(tmp_path, "inspect", "--stores", str(stores), "--store", "bob", "--json")
+    assert one.returncode == 0, one.stderr
+    assert sorted(r["id"] for r in json.loads(one.stdout)["records"]) == sorted(ids["bob"])
+    for out in (across, text, found, one):
+        assert "Okapi" not in out.stdout + out.stderr
+
+    for bad in ("../stores/alice", ".hidden", "a/b"):
+        refused = _cli(tmp_path, "inspect", "--stores", str(stores), "--store", bad)
+        assert refused.returncode == 2 and f"--store {bad!r}" in refused.stderr, refused.stderr
+    no_dir = _cli(tmp_path, "inspect", "--store", "bob")
+    assert no_dir.returncode == 2 and "--store NAME needs --stores DIR" in no_dir.stderr
+    no_name = _cli(tmp_path, "recurate", "--since", "2026-01-01", "--stores", str(stores))
+    assert no_name.returncode == 2 and "name the store with --store NAME" in no_name.stderr
+    stray = _cli(tmp_path, "retry", "--stores", str(stores), "--store", "stray")
+    assert stray.returncode == 1 and "is skipped: not a tempomem store" in stray.stderr, stray.stderr
+    missing = _cli(tmp_path, "rebuild", "--stores", str(stores), "--store", "carol")
+    assert missing.returncode == 1 and "no store 'carol' under" in missing.stderr, missing.stderr
+    assert sorted(p.name for p in stores.iterdir()) == before  # nothing was created
+
+
+async def test_backfill_into_a_selected_store_of_a_running_worker_and_its_figures(
+    client: Client, tmp_path: Path
+) -> None:
+    """#16 item 4: `backfill FILE --stores DIR --store NAME` makes a new store that the running worker
+    picks up and curates; the batch run carries the store id as a search attribute (the UI lists one
+    store's workflows); the worker's status has per-store and total figures."""
+    from tempomem.fleet import StatusReport
+
+    stores = private_dir(tmp_path / "stores")
+    config = fleet_config(stores)
+    alice = agent_store(config, stores / "alice", client)
+    first = await alice.persist_completed_turn(turn("a-run", "Alice keeps the blue kayak."))
+    source = tmp_path / "turns.jsonl"
+    texts = [f"Dave note {i}." for i in range(3)]
+    source.write_text("".join(turn(f"d-{i}", t).model_dump_json() + "\n" for i, t in enumerate(texts)))
+    config_file = tmp_path / "tempomem.json"
+    address = client.service_client.config.target_host
+    config_file.write_text(json.dumps({"memory": {"mode": "lite"}, "temporal": {"address": address}}))
+    fleet = Fleet(client, config, stores, scan_seconds=0.2, schedule=False)
+    report = StatusReport(fleet.status)
+    async with serving(fleet):
+        assert (await outcome_of(client, first)).state == "resolved"
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tempomem.cli",
+            "backfill",
+            str(source),
+            "--stores",
+            str(stores),
+            "--store",
+            "dave",
+            "--config",
+            str(config_file),
+            "--json",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=tmp_path,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=180)
+        assert proc.returncode == 0, err.decode()
+        assert json.loads(out)["admitted"] == 3
+        dave = stores / "dave"
+        await wait_until(lambda: len(list(iter_bullets(dave, "daily"))) == 3, timeout=60)
+        await wait_until(lambda: fleet.status.totals()["curated"] == 4, timeout=30)
+        sid = store_id(dave)
+        query = f"TempomemStoreId = '{sid}' AND WorkflowType = 'BackfillWorkflow'"
+
+        async def listed() -> list[str]:
+            return [w.id async for w in client.list_workflows(query)]
+
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await listed() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.2)
+        [backfill_id] = await listed()
+        assert backfill_id.startswith(f"backfill-{sid}-")
+    status = fleet.status.stores
+    assert (status[dave].store_id, status[dave].curated, status[dave].pending) == (sid, 3, 0)
+    assert (status[alice.root].curated, status[alice.root].dead) == (1, 0)
+    lines = report.lines(10.0)
+    assert f"store dave [{sid}]: stopped  pending=0 due=0 dead=0 curated=3 (+3)" in lines
+    assert lines[-1] == "total: 0 running, 0 skipped  pending=0 due=0 dead=0 curated=4  (+4 in 10 s, 0.40/s)"
+    assert report.lines(10.0) == [
+        "total: 0 running, 0 skipped  pending=0 due=0 dead=0 curated=4  (+0 in 10 s, 0.00/s)"
+    ]
+    assert sorted(b.text for _, b in iter_bullets(dave, "daily")) == [f"Assistant: {t}" for t in texts]
+    assert [b.text for _, b in iter_bullets(alice.root, "daily")] == [
+        "Assistant: Alice keeps the blue kayak."
+    ]
+
+
+async def test_worker_command_prints_per_store_and_total_figures(client: Client, tmp_path: Path) -> None:
+    """#16 item 4: `worker --stores DIR --status-seconds S` prints, content-free, the figures of each
+    store that changed and the totals, and stops cleanly on SIGINT."""
+    import signal
+
+    stores = private_dir(tmp_path / "stores")
+    config = fleet_config(stores)
+    alice = agent_store(config, stores / "alice", client)
+    secret = "Okapi-7781 keeps the blue kayak."
+    done = await alice.persist_completed_turn(turn("a-run", secret))
+    config_file = tmp_path / "tempomem.json"
+    address = client.service_client.config.target_host
+    config_file.write_text(json.dumps({"memory": {"mode": "lite"}, "temporal": {"address": address}}))
+    proc = await asyncio.create_subprocess_exec(
+        *(
+            sys.executable,
+            "-m",
+            "tempomem.cli",
+            "worker",
+            "--stores",
+            str(stores),
+            "--config",
+            str(config_file),
+        ),
+        *("--scan-seconds", "0.2", "--status-seconds", "0.5"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    try:
+        assert (await outcome_of(client, done)).state == "resolved"
+        seen: list[str] = []
+        want = f"store alice [{alice.store_id}]: running  pending=0 due=0 dead=0 curated=1 (+1)"
+        while want not in seen:
+            assert len(seen) < 200, seen[:5]  # a line every 0.5 s: the store's must come soon
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)  # type: ignore[union-attr]
+            assert line, "the worker stopped before reporting"
+            seen.append(line.decode().rstrip("\n"))
+        nxt = await asyncio.wait_for(proc.stdout.readline(), timeout=60)  # type: ignore[union-attr]
+        assert nxt.decode().startswith(
+            "total: 1 running, 0 skipped  pending=0 due=0 dead=0 curated=1  (+1 in "
+        )
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().rstrip().endswith("stopped (1 path(s) seen, 0 skipped)")
+    assert "Okapi" not in "\n".join(seen) + out.decode() + err.decode()

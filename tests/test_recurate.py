@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -11,6 +12,7 @@ import re
 import stat
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -39,7 +41,7 @@ from tempomem.storage.intake import (
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
 from tempomem.storage.turn_archive import ARCHIVE_DIR, TurnArchive, TurnArchiveConflictError
-from tempomem.workflows.recurate import recurate_workflow_id
+from tempomem.workflows.recurate import RECURATE_WORKFLOW, recurate_workflow_id
 from tests.conftest import make_store, running_worker
 from tests.scripted_model import Delay, ScriptedModelServer
 from tests.test_capture_flow import _payload_data, outcome_of, wait_until
@@ -384,6 +386,13 @@ async def test_recurate_dry_run_then_real_run_then_rerun(
         raw = json.dumps(history.to_json_dict())
         for needle in SECRETS:
             assert needle not in raw and all(needle not in d for d in decoded), (wid, needle)
+    # #16 item 4: the runs carry the store id, so the UI lists one store's re-curations.
+    query = f"TempomemStoreId = '{store.store_id}' AND WorkflowType = '{RECURATE_WORKFLOW}'"
+    want = {recurate_workflow_id(store.store_id, "r1", dry_run=d) for d in (True, False)}
+    deadline = time.monotonic() + 30
+    while {w.id async for w in client.list_workflows(query)} < want and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert want <= {w.id async for w in client.list_workflows(query)}
 
 
 async def test_recurate_requires_archived_turns_and_capture_tier(

@@ -16,6 +16,8 @@ from tempomem.cli.common import (
     EXIT_RETAINED_PLAN,
     EXIT_USAGE,
     MissingStoreError,
+    SkippedStoreError,
+    StoreSelectorError,
     add_global_options,
 )
 from tempomem.storage.intake import IntakeError, UnknownRecordError
@@ -88,6 +90,7 @@ def expected_failures() -> list[Failure]:
                 TemporalConnectError,
                 RebuildRequiredError,
                 FleetConfigError,
+                SkippedStoreError,
             ),
             plain,
             EXIT_ERROR,
@@ -96,7 +99,7 @@ def expected_failures() -> list[Failure]:
         ((SidecarError,), lambda exc: f"error: replay sidecar rejected ({exc.reason})", EXIT_ERROR),
         ((RetainedPlanError,), plain, EXIT_RETAINED_PLAN),
         ((ConfigError,), lambda exc: f"invalid config:\n{exc}", EXIT_ERROR),
-        ((UnknownRecordError,), plain, EXIT_USAGE),
+        ((UnknownRecordError, StoreSelectorError), plain, EXIT_USAGE),
         ((IntakeError, DevServerError, CodecError), plain, EXIT_ERROR),
     ]
 

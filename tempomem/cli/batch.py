@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tempomem import backfill, recurate
-from tempomem.cli.common import positive_int
+from tempomem.cli.common import add_store_selector, positive_int
 
 if TYPE_CHECKING:
     from tempomem.workflows.backfill import BackfillProgress
@@ -65,6 +65,7 @@ def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker", action="store_true", help="run this store's worker in this process too")
     p.add_argument("--no-wait", action="store_true", help="start (or find) the backfill and return")
     p.add_argument("--json", action="store_true", help="print the final counts as JSON")
+    add_store_selector(p)
 
 
 def add_consolidate_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,13 +73,14 @@ def add_consolidate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--every-minutes", type=int, default=60, help="schedule interval (default 60)")
     p.add_argument("--local", action="store_true", help="regenerate in this process, without Temporal")
     p.add_argument("--json", action="store_true")
+    add_store_selector(p)
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     from tempomem.cli.common import EXIT_ERROR, EXIT_OK, store_from_args
     from tempomem.connect import connect
 
-    store = store_from_args(args)
+    store = store_from_args(args, new_ok=True)
     path = Path(args.file)
     if not path.is_file():
         print(f"error: {path} is not a file", file=sys.stderr)
@@ -227,6 +229,7 @@ def add_recurate_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--worker", action="store_true", help="run this store's worker in this process too")
     p.add_argument("--json", action="store_true", help="print the final counts (and diff path) as JSON")
+    add_store_selector(p)
 
 
 def cmd_recurate(args: argparse.Namespace) -> int:
@@ -253,9 +256,7 @@ def cmd_recurate(args: argparse.Namespace) -> int:
 
     async def main() -> RecurateProgress:
         client = await connect(store.config, store.base_dir)
-        handle = await recurate.start_recurate(
-            client, store, req, batch_size=args.batch, window=args.window
-        )
+        handle = await recurate.start_recurate(client, store, req, batch_size=args.batch, window=args.window)
         print(f"recurate {handle.id} on task queue {store.task_queue}", file=sys.stderr, flush=True)
         async with worker_in_process(client, store, enabled=args.worker) as worker:
             if worker is None:

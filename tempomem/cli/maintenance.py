@@ -15,12 +15,17 @@ from tempomem.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     MissingStoreError,
+    add_store_selector,
+    check_store_name,
     store_from_args,
 )
 from tempomem.storage.intake import IntakeError, RecordState
 
 if TYPE_CHECKING:
+    from tempomem.fleet import StoreScan
     from tempomem.storage.health import HealthReport
+
+_COUNTS = ("pending", "due", "dead", "resolved")
 
 
 def register(sub: Any) -> None:
@@ -36,22 +41,29 @@ def register(sub: Any) -> None:
         action="store_true",
         help="activate even if it holds under half the active index's memories",
     )
+    add_store_selector(p)
     p.set_defaults(func=cmd_rebuild)
 
     p = sub.add_parser("inspect", help="content-free view of the durable intake (ids, states, counters)")
     p.add_argument("id", nargs="?", help="one 64-character intake id")
     p.add_argument("--json", action="store_true")
+    add_store_selector(
+        p,
+        across="alone, the counts of every store there and the totals; with an ID, which store holds it",
+    )
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("retry", help="make dead or delayed intake records due again (agent stopped)")
     p.add_argument("id", nargs="?", help="one 64-character intake id; all records when omitted")
     p.add_argument("--json", action="store_true")
+    add_store_selector(p)
     p.set_defaults(func=cmd_retry)
 
     p = sub.add_parser("resolve", help="accept the loss of one record as operator_resolved (agent stopped)")
     p.add_argument("id", help="64-character intake id")
     p.add_argument("reason", help="reason slug, e.g. provider-retired ([a-z0-9][a-z0-9-]{0,63})")
     p.add_argument("--json", action="store_true")
+    add_store_selector(p)
     p.set_defaults(func=cmd_resolve)
 
     p = sub.add_parser(
@@ -65,13 +77,11 @@ def register(sub: Any) -> None:
         "health", help="strict content-free audit: in_progress, dead letters, ledger integrity"
     )
     p.add_argument("--json", action="store_true")
-    p.add_argument(
-        "--stores",
-        metavar="DIR",
-        help="audit every store directly under DIR (as `worker --stores` serves them): one line per store, "
-        "what was skipped there, and the totals; exit 1 if any store is unhealthy or anything was skipped",
+    add_store_selector(
+        p,
+        across="alone, audit every store there, one line each, what was skipped there, and the totals; "
+        "exit 1 if any store is unhealthy or anything was skipped",
     )
-    p.add_argument("--store", metavar="NAME", help="with --stores: only the store DIR/NAME")
     p.set_defaults(func=cmd_health)
 
     p = sub.add_parser(
@@ -127,6 +137,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """CLI-01..03: ids, states, instants, counters — never summaries or capture text."""
+    if getattr(args, "stores", None) and not getattr(args, "store", None):
+        return _inspect_stores(args)
     store = store_from_args(args, must_exist=True)
     intake = store.intake
     now = datetime.now(UTC)
@@ -152,8 +164,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def _inspect_text(out: dict) -> str:
     if "counts" not in out:
-        return "  ".join(f"{k}={v}" for k, v in out.items())
-    lines = ["  ".join(f"{k}={v}" for k, v in out["counts"].items())]
+        return _figures(out)
+    lines = [_figures(out["counts"])]
     for r in out["records"]:
         if "problem" in r:
             lines.append(f"{r['id']}  {r['state']}  problem={r['problem']}")
@@ -164,6 +176,79 @@ def _inspect_text(out: dict) -> str:
         )
     lines += [f"{q['id']}  quarantined  reason={q['reason']}" for q in out.get("quarantined", [])]
     return "\n".join(lines)
+
+
+def _figures(counts: dict[str, Any]) -> str:
+    return "  ".join(f"{k}={v}" for k, v in counts.items())
+
+
+def _scan(args: argparse.Namespace) -> StoreScan:
+    from tempomem.fleet import scan_stores
+
+    stores_dir = Path(args.stores)
+    if not stores_dir.is_dir():
+        raise MissingStoreError(f"no stores directory at {stores_dir}; nothing was created")
+    return scan_stores(stores_dir)
+
+
+def _inspect_stores(args: argparse.Namespace) -> int:
+    """#16 item 4: the intake counts of every store under ``--stores`` and their totals; with an id,
+    the store(s) holding that record. Content-free like ``inspect``: ids, states, counters."""
+    from tempomem.storage.intake import Intake, UnknownRecordError
+    from tempomem.storage.intake_tidy import list_quarantined
+    from tempomem.storage.store_ref import read_store_id
+
+    found = _scan(args)
+    now = datetime.now(UTC)
+    if args.id:
+        holders = []
+        for root in found.stores:
+            try:
+                view = Intake(root).view(args.id, now=now).model_dump(mode="json")
+            except UnknownRecordError:
+                continue
+            holders.append({"path": str(root), "store_id": read_store_id(root), **view})
+        if not holders:
+            raise UnknownRecordError(f"no store under {args.stores} holds intake record {args.id}")
+        if args.json:
+            print(json.dumps(holders, indent=2))
+        else:
+            for h in holders:
+                print(
+                    f"{Path(h['path']).name} [{h['store_id']}]  "
+                    + _inspect_text({k: v for k, v in h.items() if k not in ("path", "store_id")})
+                )
+        return EXIT_OK
+    rows: list[dict[str, Any]] = []
+    totals: dict[str, int] = {}
+    for root in found.stores:
+        intake = Intake(root)
+        row: dict[str, Any] = {"path": str(root), "store_id": read_store_id(root)}
+        try:
+            counts = intake.counts(now=now) if intake.base.exists() else dict.fromkeys(_COUNTS, 0)
+            row |= {"counts": counts, "quarantined": len(list_quarantined(intake))}
+        except (OSError, IntakeError) as exc:  # one unreadable store never hides the others
+            row["problem"] = type(exc).__name__
+        else:
+            for key, value in [*counts.items(), ("quarantined", row["quarantined"])]:
+                totals[key] = totals.get(key, 0) + value
+        rows.append(row)
+    skipped = [{"path": str(s.path), "reason": s.reason} for s in found.skipped]
+    out = {"stores": rows, "skipped": skipped, "total": {"stores": len(rows), **totals}}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    for row in rows:
+        figures = (
+            f"problem={row['problem']}"
+            if "problem" in row
+            else _figures({**row["counts"], "quarantined": row["quarantined"]})
+        )
+        print(f"{Path(row['path']).name} [{row['store_id']}]  {figures}")
+    for s in skipped:
+        print(f"{Path(s['path']).name}  skipped ({s['reason']})")
+    print(f"total: {len(rows)} store(s), {len(skipped)} skipped  {_figures(totals)}")
+    return EXIT_OK
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -250,26 +335,23 @@ def cmd_health(args: argparse.Namespace) -> int:
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
-        print(f"{report.status}  " + "  ".join(f"{k}={v}" for k, v in report.counts.items()))
+        print(f"{report.status}  {_figures(report.counts)}")
         _print_report(report)
     return EXIT_OK if _healthy(report) else EXIT_ERROR
 
 
 def _health_of_stores(args: argparse.Namespace) -> int:
     """#16 item 4: the audit of every store under a directory, one line each, and the totals."""
-    from tempomem.fleet import scan_stores
     from tempomem.storage.store_ref import read_store_id
 
-    stores_dir = Path(args.stores)
-    if not stores_dir.is_dir():
-        raise MissingStoreError(f"no stores directory at {stores_dir}; nothing was created")
-    found = scan_stores(stores_dir)
+    found = _scan(args)
     stores, skipped = found.stores, found.skipped
     if args.store:
+        check_store_name(Path(args.stores), args.store)
         stores = [r for r in stores if r.name == args.store]
         skipped = [s for s in skipped if s.path.name == args.store]
         if not stores and not skipped:
-            raise MissingStoreError(f"no store {args.store!r} under {stores_dir}")
+            raise MissingStoreError(f"no store {args.store!r} under {args.stores}")
     reports = [(root, read_store_id(root), _store_health(root)) for root in stores]
     totals: dict[str, int] = {}
     for _, _, report in reports:
@@ -292,13 +374,14 @@ def _health_of_stores(args: argparse.Namespace) -> int:
         )
     else:
         for root, sid, report in reports:
-            counts = "  ".join(f"{k}={v}" for k, v in report.counts.items())
-            print(f"{report.status:<12} {root.name} [{sid}]  {counts}")
+            print(f"{report.status:<12} {root.name} [{sid}]  {_figures(report.counts)}")
             _print_report(report, indent="  ")
         for s in skipped:
             print(f"{'skipped':<12} {s.path.name}  ({s.reason})")
-        counts = "  ".join(f"{k}={v}" for k, v in totals.items())
-        print(f"total: {len(reports)} store(s), {unhealthy} unhealthy, {len(skipped)} skipped  {counts}")
+        print(
+            f"total: {len(reports)} store(s), {unhealthy} unhealthy, {len(skipped)} skipped  "
+            f"{_figures(totals)}"
+        )
     return EXIT_OK if unhealthy == 0 and not skipped else EXIT_ERROR
 
 

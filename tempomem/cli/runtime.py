@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tempomem.cli.common import (
     EXIT_ERROR,
@@ -17,6 +18,9 @@ from tempomem.cli.common import (
     positive_int,
     store_from_args,
 )
+
+if TYPE_CHECKING:
+    from tempomem.fleet import StatusReport
 
 
 def register(sub: Any) -> None:
@@ -52,7 +56,7 @@ def register(sub: Any) -> None:
 
 
 def _add_fleet_options(p: argparse.ArgumentParser) -> None:
-    from tempomem.fleet import ACTIVITY_THREADS_DEFAULT, SCAN_SECONDS_DEFAULT
+    from tempomem.fleet import ACTIVITY_THREADS_DEFAULT, SCAN_SECONDS_DEFAULT, STATUS_SECONDS_DEFAULT
 
     p.add_argument(
         "--stores",
@@ -77,6 +81,13 @@ def _add_fleet_options(p: argparse.ArgumentParser) -> None:
         "--model-calls",
         type=positive_int,
         help="with --stores: model calls in flight across all stores (default: each store's own cap only)",
+    )
+    p.add_argument(
+        "--status-seconds",
+        type=float,
+        default=STATUS_SECONDS_DEFAULT,
+        help="with --stores: print the figures (pending, due, dead, curated) of the stores that changed "
+        f"and the totals this often; 0 = never (default {STATUS_SECONDS_DEFAULT:g})",
     )
 
 
@@ -151,7 +162,7 @@ def _print_store(status) -> None:  # StoreStatus; content-free: path, id, state,
 
 
 def _run_fleet(args: argparse.Namespace) -> int:
-    from tempomem.fleet import Fleet
+    from tempomem.fleet import Fleet, StatusReport
 
     config, base = load_args_config(args)
     stores_dir = Path(args.stores)
@@ -175,11 +186,31 @@ def _run_fleet(args: argparse.Namespace) -> int:
             "stops, each store draining up to 10 s)",
             flush=True,
         )
+        report = StatusReport(fleet.status)
+        reporter = (
+            asyncio.create_task(_report_every(report, args.status_seconds, stop))
+            if args.status_seconds > 0
+            else None
+        )
         status = await fleet.run(stop)
+        if reporter is not None:
+            await reporter
         print(f"stopped ({len(status.stores)} path(s) seen, {len(status.skipped)} skipped)")
 
     asyncio.run(main())
     return EXIT_OK
+
+
+async def _report_every(report: StatusReport, seconds: float, stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    last = loop.time()
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+        now = loop.time()
+        for line in report.lines(now - last):
+            print(line, flush=True)
+        last = now
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
