@@ -10,18 +10,15 @@ from temporalio.client import (
     Client,
     Schedule,
     ScheduleActionStartWorkflow,
-    ScheduleAlreadyRunningError,
-    ScheduleIntervalSpec,
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
-    ScheduleUpdate,
-    ScheduleUpdateInput,
 )
 from temporalio.exceptions import ApplicationError
 
 from tempomem.activities.context import StoreContext
 from tempomem.activities.heartbeat import run_blocking
+from tempomem.activities.schedules import ensure_schedule, store_interval
 from tempomem.storage.consolidation import consolidate
 from tempomem.workflows.consolidation import (
     CONSOLIDATE,
@@ -59,7 +56,7 @@ def _schedule(ctx: StoreContext, every: timedelta) -> Schedule:
             task_queue=ctx.task_queue,
             static_summary=f"regenerate index.md · store {ctx.store_id}",
         ),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+        spec=ScheduleSpec(intervals=[store_interval(ctx.store_id, every)]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
     )
 
@@ -68,19 +65,5 @@ async def ensure_consolidation_schedule(
     client: Client, ctx: StoreContext, every: timedelta = CONSOLIDATE_EVERY
 ) -> bool:
     """Create the store's consolidation schedule. True when created now; an existing one keeps running,
-    its interval updated to ``every`` when it differs."""
-    schedule = _schedule(ctx, every)
-    try:
-        await client.create_schedule(consolidation_schedule_id(ctx.store_id), schedule)
-    except ScheduleAlreadyRunningError:
-        handle = client.get_schedule_handle(consolidation_schedule_id(ctx.store_id))
-
-        def update(current: ScheduleUpdateInput) -> ScheduleUpdate | None:
-            intervals = current.description.schedule.spec.intervals
-            if [i.every for i in intervals] == [every]:
-                return None
-            return ScheduleUpdate(schedule=schedule)
-
-        await handle.update(update)
-        return False
-    return True
+    its interval updated to ``every`` when it differs (``schedules.ensure_schedule``)."""
+    return await ensure_schedule(client, consolidation_schedule_id(ctx.store_id), _schedule(ctx, every))

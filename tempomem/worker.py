@@ -18,8 +18,6 @@ from temporalio.client import (
     Client,
     Schedule,
     ScheduleActionStartWorkflow,
-    ScheduleAlreadyRunningError,
-    ScheduleIntervalSpec,
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
@@ -33,6 +31,7 @@ from tempomem.activities.curation import CurationActivities
 from tempomem.activities.intake_ops import IntakeActivities
 from tempomem.activities.llm import check_capture_models
 from tempomem.activities.projection import ProjectionActivities
+from tempomem.activities.schedules import ensure_schedule, store_interval
 from tempomem.activities.settle import SettleActivities
 from tempomem.activities.sweep import SweepActivities, register_search_attributes, sweep_store
 from tempomem.export import recover_interrupted_import
@@ -212,24 +211,19 @@ def build_worker(
 
 
 async def ensure_sweep_schedule(client: Client, ctx: StoreContext) -> bool:
-    """Create the per-store sweep schedule once. True when created now, False when it existed."""
-    try:
-        await client.create_schedule(
-            schedule_id(ctx.store_id),
-            Schedule(
-                action=ScheduleActionStartWorkflow(
-                    SWEEP_WORKFLOW,
-                    SweepInput(store_id=ctx.store_id),
-                    id=f"tempomem-sweep-run-{ctx.store_id}",
-                    task_queue=ctx.task_queue,
-                ),
-                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=SWEEP_EVERY)]),
-                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-            ),
-        )
-    except ScheduleAlreadyRunningError:
-        return False
-    return True
+    """Create the per-store sweep schedule, at the store's own offset in the minute. True when created
+    now, False when it existed (its interval brought up to date: ``schedules.ensure_schedule``)."""
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(
+            SWEEP_WORKFLOW,
+            SweepInput(store_id=ctx.store_id),
+            id=f"tempomem-sweep-run-{ctx.store_id}",
+            task_queue=ctx.task_queue,
+        ),
+        spec=ScheduleSpec(intervals=[store_interval(ctx.store_id, SWEEP_EVERY)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+    return await ensure_schedule(client, schedule_id(ctx.store_id), schedule)
 
 
 async def run_worker(
