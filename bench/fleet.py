@@ -337,3 +337,7 @@ async def main() -> None:
 
 if __name__ == "__main__":
     asyncio.run(main())
+    # Temporal's native threads can abort a finalizing interpreter (#13, as `tempomem.cli.run` says):
+    # everything is printed, so leave without finalization.
+    sys.stdout.flush()
+    os._exit(0)

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -428,3 +429,74 @@ async def test_worker_command_prints_per_store_and_total_figures(client: Client,
     assert proc.returncode == 0, err.decode()
     assert out.decode().rstrip().endswith("stopped (1 path(s) seen, 0 skipped)")
     assert "Okapi" not in "\n".join(seen) + out.decode() + err.decode()
+
+
+async def test_a_killed_worker_process_leaves_every_store_curated_exactly_once(
+    client: Client, tmp_path: Path
+) -> None:
+    """#16 with the durability rule: the `worker --stores` process is SIGKILLed (no drain, no cleanup)
+    while turns of three stores are being curated; a new worker process serving the same directory
+    finishes them. Every admitted id is resolved exactly once, in its own store: one Markdown line per
+    turn, nothing dead, nothing in another store, and each store's health is ok."""
+    import signal
+
+    from tempomem.storage.health import audit
+    from tempomem.storage.intake import Intake, RecordState
+
+    stores = private_dir(tmp_path / "stores")
+    config = fleet_config(stores)
+    admitted: dict[str, list[tuple[str, str]]] = {}
+    for name in ("alice", "bob", "carol"):
+        store = agent_store(config, stores / name, client)
+        admitted[name] = []
+        for i in range(40):
+            text = f"{name} note {i}."
+            result = await store.persist_completed_turn(turn(f"{name}-{i}", text))
+            admitted[name].append((result.intake_id, text))
+    config_file = tmp_path / "tempomem.json"
+    address = client.service_client.config.target_host
+    config_file.write_text(json.dumps({"memory": {"mode": "lite"}, "temporal": {"address": address}}))
+
+    def pending() -> int:
+        return sum(len(Intake(stores / n).list_ids(RecordState.PENDING)) for n in admitted)
+
+    log = (tmp_path / "worker.log").open("wb")
+    worker = await asyncio.create_subprocess_exec(
+        *(
+            sys.executable,
+            "-m",
+            "tempomem.cli",
+            "worker",
+            "--stores",
+            str(stores),
+            "--config",
+            str(config_file),
+        ),
+        *("--scan-seconds", "0.2", "--status-seconds", "0"),
+        stdout=log,
+        stderr=log,
+        cwd=tmp_path,
+    )
+    try:
+        total = sum(len(v) for v in admitted.values())
+        await wait_until(lambda: pending() <= total - 10, timeout=120, step=0.02)
+        worker.send_signal(signal.SIGKILL)
+        assert await worker.wait() == -signal.SIGKILL
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+        log.close()
+    left = pending()
+    assert left > 0, "the worker finished before the kill; the test proves nothing"
+
+    fleet = Fleet(client, config, stores, scan_seconds=0.2, schedule=False)
+    async with serving(fleet):
+        await wait_until(lambda: pending() == 0, timeout=180)
+    for name, records in admitted.items():
+        root = stores / name
+        states = {Intake(root).view(i, now=datetime.now(UTC)).state for i, _ in records}
+        assert states == {RecordState.RESOLVED}, name
+        lines = sorted(b.text for _, b in iter_bullets(root, "daily"))
+        assert lines == sorted(f"Assistant: {text}" for _, text in records), name  # once each, no stranger
+        assert audit(root, now=datetime.now(UTC)).status == "ok", name
