@@ -291,12 +291,21 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=5.0, help="turns/s admitted in total")
     parser.add_argument("--tier", choices=["lite", "journal"], default="journal")
     parser.add_argument("--per-process", type=int, default=0, help="also run K single-store processes")
+    parser.add_argument(
+        "--dev-server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="passed to the dev server, e.g. --dev-server-arg=--dynamic-config-value "
+        "--dev-server-arg=frontend.namespaceRPS=100000 (its limits throttle ~1,000 stores)",
+    )
     args = parser.parse_args()
 
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli()),
         dev_server_log_level="error",
         search_attributes=search_attributes.ALL,
+        dev_server_extra_args=args.dev_server_arg,
     )
     address = env.client.service_client.config.target_host
     print(
