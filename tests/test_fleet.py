@@ -16,6 +16,7 @@ import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -27,6 +28,7 @@ from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.store_ref import STORE_ID_FILE, store_id
 from tempomem.store import MemoryStore
 from tests.conftest import make_config
+from tests.helpers.processes import kill_when
 from tests.test_capture_flow import outcome_of, turn, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -240,6 +242,27 @@ def test_health_reports_every_store_under_a_directory_and_the_totals(tmp_path: P
     assert health("--store", "nobody").returncode == 1
 
 
+def cli_config(tmp_path: Path, client: Client) -> Path:
+    """A Lite config file for CLI runs against the session's dev server."""
+    path = tmp_path / "tempomem.json"
+    address = client.service_client.config.target_host
+    path.write_text(json.dumps({"memory": {"mode": "lite"}, "temporal": {"address": address}}))
+    return path
+
+
+async def worker_process(
+    stores: Path, config: Path, status_seconds: str, out: Any
+) -> asyncio.subprocess.Process:
+    """A real `tempomem worker --stores` process (stdout and stderr to ``out``)."""
+    return await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "tempomem.cli", "worker", "--stores", str(stores), "--config", str(config)),
+        *("--scan-seconds", "0.2", "--status-seconds", status_seconds),
+        stdout=out,
+        stderr=out,
+        cwd=stores.parent,
+    )
+
+
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tempomem.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
@@ -324,9 +347,7 @@ async def test_backfill_into_a_selected_store_of_a_running_worker_and_its_figure
     source = tmp_path / "turns.jsonl"
     texts = [f"Dave note {i}." for i in range(3)]
     source.write_text("".join(turn(f"d-{i}", t).model_dump_json() + "\n" for i, t in enumerate(texts)))
-    config_file = tmp_path / "tempomem.json"
-    address = client.service_client.config.target_host
-    config_file.write_text(json.dumps({"memory": {"mode": "lite"}, "temporal": {"address": address}}))
+    config_file = cli_config(tmp_path, client)
     fleet = Fleet(client, config, stores, scan_seconds=0.2, schedule=False)
     report = StatusReport(fleet.status)
     async with serving(fleet):
@@ -390,25 +411,8 @@ async def test_worker_command_prints_per_store_and_total_figures(client: Client,
     alice = agent_store(config, stores / "alice", client)
     secret = "Okapi-7781 keeps the blue kayak."
     done = await alice.persist_completed_turn(turn("a-run", secret))
-    config_file = tmp_path / "tempomem.json"
-    address = client.service_client.config.target_host
-    config_file.write_text(json.dumps({"memory": {"mode": "lite"}, "temporal": {"address": address}}))
-    proc = await asyncio.create_subprocess_exec(
-        *(
-            sys.executable,
-            "-m",
-            "tempomem.cli",
-            "worker",
-            "--stores",
-            str(stores),
-            "--config",
-            str(config_file),
-        ),
-        *("--scan-seconds", "0.2", "--status-seconds", "0.5"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=tmp_path,
-    )
+    config_file = cli_config(tmp_path, client)
+    proc = await worker_process(stores, config_file, "0.5", asyncio.subprocess.PIPE)
     try:
         assert (await outcome_of(client, done)).state == "resolved"
         seen: list[str] = []
@@ -438,7 +442,6 @@ async def test_a_killed_worker_process_leaves_every_store_curated_exactly_once(
     while turns of three stores are being curated; a new worker process serving the same directory
     finishes them. Every admitted id is resolved exactly once, in its own store: one Markdown line per
     turn, nothing dead, nothing in another store, and each store's health is ok."""
-    import signal
 
     from tempomem.storage.health import audit
     from tempomem.storage.intake import Intake, RecordState
@@ -453,39 +456,17 @@ async def test_a_killed_worker_process_leaves_every_store_curated_exactly_once(
             text = f"{name} note {i}."
             result = await store.persist_completed_turn(turn(f"{name}-{i}", text))
             admitted[name].append((result.intake_id, text))
-    config_file = tmp_path / "tempomem.json"
-    address = client.service_client.config.target_host
-    config_file.write_text(json.dumps({"memory": {"mode": "lite"}, "temporal": {"address": address}}))
+    config_file = cli_config(tmp_path, client)
 
     def pending() -> int:
         return sum(len(Intake(stores / n).list_ids(RecordState.PENDING)) for n in admitted)
 
     log = (tmp_path / "worker.log").open("wb")
-    worker = await asyncio.create_subprocess_exec(
-        *(
-            sys.executable,
-            "-m",
-            "tempomem.cli",
-            "worker",
-            "--stores",
-            str(stores),
-            "--config",
-            str(config_file),
-        ),
-        *("--scan-seconds", "0.2", "--status-seconds", "0"),
-        stdout=log,
-        stderr=log,
-        cwd=tmp_path,
-    )
+    worker = await worker_process(stores, config_file, "0", log)
+    total = sum(len(v) for v in admitted.values())
     try:
-        total = sum(len(v) for v in admitted.values())
-        await wait_until(lambda: pending() <= total - 10, timeout=120, step=0.02)
-        worker.send_signal(signal.SIGKILL)
-        assert await worker.wait() == -signal.SIGKILL
+        await kill_when(worker, lambda: pending() <= total - 10, timeout=120, step=0.02)
     finally:
-        if worker.returncode is None:
-            worker.kill()
-            await worker.wait()
         log.close()
     left = pending()
     assert left > 0, "the worker finished before the kill; the test proves nothing"

@@ -43,6 +43,7 @@ from tempomem.storage.turn import CompletedTurn
 from tempomem.storage.turn_archive import ARCHIVE_DIR, TurnArchive, TurnArchiveConflictError
 from tempomem.workflows.recurate import RECURATE_WORKFLOW, recurate_workflow_id
 from tests.conftest import make_store, running_worker
+from tests.helpers.processes import kill_when
 from tests.scripted_model import Delay, ScriptedModelServer
 from tests.test_capture_flow import _payload_data, outcome_of, wait_until
 from tests.test_capture_pipeline import ANA, capture_store, extraction, memory
@@ -478,7 +479,6 @@ async def test_recurate_resumes_after_its_worker_process_is_killed(
     while a re-curation's second child is extracting. A new worker finishes the run: every archived turn
     re-admitted and resolved exactly once, unchanged facts NOOP, nothing written twice."""
     import asyncio
-    import signal
 
     store, before, derived = await _two_archived_turns(client, tmp_path, model, "kill1")
 
@@ -494,19 +494,15 @@ async def test_recurate_resumes_after_its_worker_process_is_killed(
         sys.executable, "-m", "tempomem.cli", "--config", str(cfg), "worker", cwd=REPO, stdout=log, stderr=log
     )
     try:
-        await wait_until(
+        await kill_when(
+            worker,
             lambda: (
                 _state(store, derived[0]) is RecordState.RESOLVED
                 and _state(store, derived[1]) is RecordState.PENDING
             ),
             timeout=90,
         )
-        worker.send_signal(signal.SIGKILL)
-        assert await worker.wait() == -signal.SIGKILL
     finally:
-        if worker.returncode is None:
-            worker.kill()
-            await worker.wait()
         log.close()
     assert _state(store, derived[1]) is RecordState.PENDING  # killed mid-run
 
