@@ -298,3 +298,34 @@ async def test_intention_lifecycle_states_ends_and_supersession(
     assert lines["The user plans to renew the passport."].status == "scheduled"  # history stays
     reminder = lines["Reminder ran."]
     assert (reminder.status, reminder.due) == ("open", None)
+
+
+async def test_a_failed_model_call_publishes_no_graph_state(client: Client, tmp_path: Path, model) -> None:
+    """CAP-74, GRAPH-06: the extraction named an entity and a line, then the review call fails (HTTP 500;
+    the script has nothing after it, so the retries fail too). Nothing of the turn is published: no
+    graph entity, no daily line, nothing in the replay sidecar; the record stays pending with the failed
+    attempt counted and its category recorded (content-free)."""
+    from tempomem.storage.intake import Intake
+    from tests.test_capture_flow import wait_until
+
+    store = capture_store(tmp_path, client, model)
+    model.push(
+        extraction(memory("Ana, the user's sister, is vegetarian.", entities=["ana"]), entities=ANA),
+        HttpError(500),
+    )
+    result = await store.persist_completed_turn(turn("cap-74", "My sister Ana is vegetarian.", "Noted."))
+    intake = Intake(store.root)
+
+    def failed_once() -> bool:
+        view = intake.view(result.intake_id, now=datetime.now(UTC))
+        return view.attempts >= 1 and view.failure_category is not None
+
+    async with running_worker(client, store):
+        await wait_until(failed_once, timeout=60)
+    view = intake.view(result.intake_id, now=datetime.now(UTC))
+    assert view.state is RecordState.PENDING
+    assert len(model.calls) >= 2  # the extraction ran and the review was asked
+    assert graph.load_graph(store.root).entities == {}
+    assert bullets(store.root) == []
+    assert replay_sidecar.superseded(store.root) == {}
+    assert not (store.root / "graph.jsonl").exists() or (store.root / "graph.jsonl").read_text() == ""
