@@ -735,3 +735,21 @@ def test_keys_that_would_do_nothing_are_refused_by_name(data: dict[str, Any], ke
     [violation] = validate_config_data(data)
     assert violation.path == key
     assert "not supported" in violation.message or "at most 2560" in violation.message
+
+
+@pytest.mark.parametrize("tier", ["lite", "journal"])
+def test_write_mode_is_independent_of_the_tiers_recall(tier: str, tmp_path: Path) -> None:
+    """WM-01: ``memory.writeMode`` decides how turns are persisted, never what the tier recalls. One
+    store written under the default write mode is read under ``disabled``: the same hits, in the same
+    order, for the tier's recall."""
+    from tempomem.store import MemoryStore
+    from tests.conftest import make_config
+
+    writer = MemoryStore(make_config(tmp_path / "mem", mode=tier))
+    for text in ("The user's kayak is blue.", "The user's canoe is red.", "Ana sails on Sundays."):
+        assert writer.remember(text, conversation_id="web:c").status == "written"
+    reader = MemoryStore(make_config(tmp_path / "mem", mode=tier, writeMode="disabled"))
+    assert (writer.config.memory.mode, reader.config.memory.mode) == (tier, tier)
+    for query in ("kayak colour", "who sails", "red boat"):
+        want = [(h.id, h.text) for h in writer.search(query)]
+        assert want and [(h.id, h.text) for h in reader.search(query)] == want
