@@ -344,3 +344,24 @@ def test_cli_backfill_runs_in_process_worker_and_reports_bad_lines(
     assert "admitted 5 · duplicates 0 · skipped 0 · bad lines 1" in out
     assert "bad line 3: <line>: json_invalid" in err
     assert SECRET not in out + err
+
+
+async def test_backfill_and_the_host_write_through_one_admission(client: Client, tmp_path: Path) -> None:
+    """STORE-11: the host's ``persist_completed_turn`` and a backfill admit through the same durable,
+    run-idempotent admission. Turns the host already persisted come back from the backfill as
+    duplicates with the host's intake ids; only the new ones are admitted; each turn is curated once."""
+    store = make_store(tmp_path / "mem", client, mode="lite")
+    batch = turns(6, prefix="shared")
+    by_host = [await store.persist_completed_turn(t) for t in batch[:3]]
+    assert [r.intake_id for r in by_host] == [intake_id(t.run_id) for t in batch[:3]]
+    path = tmp_path / "turns.jsonl"
+    path.write_text("".join(t.model_dump_json() + "\n" for t in batch), encoding="utf-8")
+    async with backfill_worker(client, store, sweep=True):
+        final = await run_backfill(client, store, path, window=2, batch_size=4, poll_interval=0.05)
+        deadline = time.monotonic() + 60
+        while store.intake.counts(now=datetime.now(UTC))["pending"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+    assert (final.read, final.admitted, final.duplicates, final.bad_lines) == (6, 3, 3, 0)
+    assert states(store, [t.run_id for t in batch]) == {RecordState.RESOLVED}
+    assert store.intake.ledger.verify_all(store.intake.has_receipt) == 6
+    assert len(daily_ids(store)) == len(set(daily_ids(store))) == 6
