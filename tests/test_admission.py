@@ -294,3 +294,27 @@ def test_wm17_wm18_a_switched_off_trigger_writes_nothing_and_earlier_work_still_
         earlier.intake_id,  # type: ignore[attr-defined]
         owner.intake_id,  # type: ignore[attr-defined]
     }
+
+
+async def test_a_failed_admission_is_a_typed_error_that_never_claims_the_turn_was_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """INTAKE-05, CAP-10 (the library's half; keeping the provider's answer is the host's): when the host's
+    ``persist_completed_turn`` cannot admit a turn (here the intake is at capacity), it raises a typed
+    ``IntakeError`` with a content-free message: no result is returned, so nothing can read as "saved",
+    and nothing of the turn is on disk. A turn that was admitted before still answers ``duplicate``."""
+    from tempomem.store import MemoryStore
+    from tests.conftest import make_config
+
+    monkeypatch.setattr(intake_module, "MAX_ACTIVE_RECORDS", 1)
+    store = MemoryStore(make_config(tmp_path / "mem", mode="lite"))
+    first = await store.persist_completed_turn(turn(run_id="kept"))
+    assert first.status == "admitted"
+    before = snapshot(tmp_path)
+    secret = "Okapi-5521 is the safe code"
+    with pytest.raises(IntakeCapacityError) as refused:
+        await store.persist_completed_turn(turn(run_id="run-7731", final_answer=secret, user_text=secret))
+    assert isinstance(refused.value, intake_module.IntakeError)
+    assert "Okapi" not in str(refused.value) and "7731" not in str(refused.value)
+    assert snapshot(tmp_path) == before
+    assert (await store.persist_completed_turn(turn(run_id="kept"))).status == "duplicate"
