@@ -17,7 +17,7 @@ from tempomem.storage.intake import RecordState
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
 from tests.conftest import make_store, running_worker
-from tests.scripted_model import HttpError, ScriptedModelServer
+from tests.scripted_model import Delay, HttpError, ScriptedModelServer
 from tests.test_capture_flow import _payload_data, outcome_of
 
 T1 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -329,3 +329,46 @@ async def test_a_failed_model_call_publishes_no_graph_state(client: Client, tmp_
     assert bullets(store.root) == []
     assert replay_sidecar.superseded(store.root) == {}
     assert not (store.root / "graph.jsonl").exists() or (store.root / "graph.jsonl").read_text() == ""
+
+
+async def test_capture_runs_after_admission_and_never_holds_up_the_host(
+    client: Client, tmp_path: Path, model
+) -> None:
+    """CAP-09, GRAPH-05: capture (and the graph it feeds) runs only after the durable local admission,
+    one turn at a time per store, off the provider path. Admitted with no worker, a turn is on disk and
+    the model was never asked; while the worker's model call for it hangs for 4 s, the host admits a
+    second turn at once; then both are curated, the first first."""
+    import time
+
+    from tests.test_capture_flow import wait_until
+
+    store = capture_store(tmp_path, client, model)
+    first = await store.persist_completed_turn(turn("cap-9a", "My sister Ana is vegetarian.", "Noted."))
+    assert store.intake.view(first.intake_id, now=T1).state is RecordState.PENDING
+    assert model.calls == []  # admission asked no model
+
+    def respond(body: dict) -> str | Delay:
+        """Answers by what is asked, so overlapping model stages of the two turns cannot swap answers."""
+        asked = json.dumps(body.get("messages", []))
+        if "extract durable long-term memories" not in asked:
+            return json.dumps({"decisions": [{"line": 1, "decision": "keep"}]})
+        if "Ana" in asked:
+            ana = memory("Ana, the user's sister, is vegetarian.", entities=["ana"])
+            return Delay(4, extraction(ana, entities=ANA))  # the first turn's extraction is slow
+        return extraction(memory("The user's flat is on the 4th floor."))
+
+    model.push(*[respond] * 8)
+    async with running_worker(client, store):
+        await wait_until(lambda: len(model.calls) == 1, timeout=30, step=0.02)  # the extraction hangs
+        started = time.monotonic()
+        second = await store.persist_completed_turn(
+            turn("cap-9b", "I live on the 4th floor.", "Noted.", at=T1 + timedelta(minutes=1))
+        )
+        assert time.monotonic() - started < 2.0  # not behind the 4 s model call
+        assert second.status == "admitted"
+        assert [(await outcome_of(client, r)).state for r in (first, second)] == ["resolved", "resolved"]
+    assert [b.text for b in bullets(store.root)] == [
+        "Ana, the user's sister, is vegetarian.",
+        "The user's flat is on the 4th floor.",
+    ]
+    assert [e.id for e in graph.load_graph(store.root).entities.values()] == ["person:ana"]
