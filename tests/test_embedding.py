@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +16,7 @@ from tempomem.recall.embedding import (
     LocalMiniLMEmbedder,
     make_embedder,
 )
+from tests.helpers.embed_server import EmbedServer, fake_vector
 
 
 @pytest.fixture(scope="module")
@@ -67,70 +63,19 @@ def test_local_embedder_order_independent_of_batching(minilm: LocalMiniLMEmbedde
     np.testing.assert_allclose(together[:5], single, atol=1e-4)
 
 
-def _fake_vector(text: str, dim: int) -> list[float]:
-    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
-    return np.random.default_rng(seed).normal(size=dim).round(6).tolist()
-
-
-class _EmbedServer:
-    """A tiny real HTTP server speaking Ollama /api/embed and OpenAI-style /v1/embeddings."""
-
-    def __init__(self) -> None:
-        self.dim = 8
-        self.requests: list[tuple[str, dict[str, Any], str | None]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append((self.path, body, self.headers.get("Authorization")))
-                inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-                vectors = [_fake_vector(t, server.dim) for t in inputs]
-                if self.path == "/api/embed":
-                    payload: Any = {"model": body["model"], "embeddings": vectors}
-                elif self.path == "/v1/embeddings":
-                    # Out of order on purpose: clients must sort by index.
-                    data = [
-                        {"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)
-                    ]
-                    payload = {"object": "list", "data": data[::-1], "model": body["model"]}
-                else:
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                raw = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
-def embed_server() -> Iterator[_EmbedServer]:
-    server = _EmbedServer()
+def embed_server() -> Iterator[EmbedServer]:
+    server = EmbedServer()
     yield server
     server.close()
 
 
 def _expected(texts: list[str], dim: int) -> np.ndarray:
-    v = np.array([_fake_vector(t, dim) for t in texts], dtype=np.float32)
+    v = np.array([fake_vector(t, dim) for t in texts], dtype=np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def test_ollama_embedder(embed_server: _EmbedServer) -> None:
+def test_ollama_embedder(embed_server: EmbedServer) -> None:
     e = make_embedder("ollama", "nomic-embed-text", 8, embed_server.url)
     assert isinstance(e, HttpEmbedder) and e.identity == EmbeddingIdentity("ollama", "nomic-embed-text", 8)
     texts = ["alpha", "beta", "gamma"]
@@ -139,7 +84,7 @@ def test_ollama_embedder(embed_server: _EmbedServer) -> None:
     assert path == "/api/embed" and body == {"model": "nomic-embed-text", "input": texts} and auth is None
 
 
-def test_lmstudio_and_openai_embedders(embed_server: _EmbedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lmstudio_and_openai_embedders(embed_server: EmbedServer, monkeypatch: pytest.MonkeyPatch) -> None:
     texts = [f"text {i}" for i in range(5)]
     lm = make_embedder("lmstudio", "text-embedding-nomic", 8, embed_server.url)
     np.testing.assert_allclose(lm.embed(texts), _expected(texts, 8), atol=1e-6)
@@ -153,27 +98,27 @@ def test_lmstudio_and_openai_embedders(embed_server: _EmbedServer, monkeypatch: 
     assert body["dimensions"] == 8 and auth == "Bearer test-key-123"
 
 
-def test_TIER04_an_http_provider_gets_at_most_32_texts_a_request(embed_server: _EmbedServer) -> None:
+def test_TIER04_an_http_provider_gets_at_most_32_texts_a_request(embed_server: EmbedServer) -> None:
     e = make_embedder("ollama", "m", 8, embed_server.url)
     texts = [f"t{i}" for i in range(70)]
     np.testing.assert_allclose(e.embed(texts), _expected(texts, 8), atol=1e-6)
     assert [len(b["input"]) for _, b, _ in embed_server.requests] == [32, 32, 6]
 
 
-def test_http_embedder_batches(embed_server: _EmbedServer) -> None:
+def test_http_embedder_batches(embed_server: EmbedServer) -> None:
     e = HttpEmbedder("ollama", "m", 8, embed_server.url, batch_size=4)
     texts = [f"t{i}" for i in range(10)]
     np.testing.assert_allclose(e.embed(texts), _expected(texts, 8), atol=1e-6)
     assert [len(b["input"]) for _, b, _ in embed_server.requests] == [4, 4, 2]
 
 
-def test_http_wrong_dimension_is_typed_error(embed_server: _EmbedServer) -> None:
+def test_http_wrong_dimension_is_typed_error(embed_server: EmbedServer) -> None:
     e = make_embedder("ollama", "m", 16, embed_server.url)  # the server answers 8-dim vectors
     with pytest.raises(EmbeddingError, match="dimension 8"):
         e.embed(["x"])
 
 
-def test_http_unreachable_or_bad_path_is_typed_error(embed_server: _EmbedServer) -> None:
+def test_http_unreachable_or_bad_path_is_typed_error(embed_server: EmbedServer) -> None:
     with pytest.raises(EmbeddingError):
         HttpEmbedder("ollama", "m", 8, embed_server.url + "/nope").embed(["x"])
     with socket.socket() as s:  # a port nobody listens on

@@ -178,3 +178,58 @@ def test_CLI16_INTENT28_the_curate_audit_lists_what_the_intent_switches_change(
     assert files(root) == before  # read-only: no marker, no migration (INTENT-28)
     assert main(["--config", str(config), "curate-audit"]) == 0
     assert "pending capture: 1 (let the worker drain it" in capsys.readouterr().out
+
+
+def test_INTAKE33_INTAKE34_a_bujo_rebuild_may_change_the_embedding_while_a_plan_is_retained(
+    tmp_path: Path,
+) -> None:
+    """A safe BuJo rebuild with another embedding provider and dimension (the embedded MiniLM, 384, to an
+    Ollama model of 8 dimensions behind a real loopback HTTP server) goes ahead while a run-owned plan is
+    retained: the new generation is built from canonical Markdown with the new identity, and the exact
+    plan bytes stay with the still pending record until intake resolution."""
+    from tempomem.recall.index import MemoryIndex
+    from tempomem.storage.intake import RecordState
+    from tempomem.storage.markdown import Bullet, append_bullets
+    from tests.helpers.embed_server import EmbedServer
+
+    root = tmp_path / "mem"
+    record = retained(root)
+    append_bullets(
+        root / "daily" / "2026-12-01.md",
+        "2026-12-01",
+        [
+            Bullet(
+                signifier="–",
+                text="Ana keeps a blue kayak at the lake.",
+                id="c-kayak",
+                type="fact",
+                status="open",
+                recorded="2026-12-01T09:00:00.000Z",
+                source_session="web:c1",
+            )
+        ],
+    )
+    llm = {"provider": "ollama", "model": "m"}
+    first = make_store(root, None, mode="bujo", llm=llm)
+    first.rebuild()
+    old = MemoryIndex(root, None).manifest()
+    first.close()
+    plan = make_store(root, None, mode="bujo", llm=llm).intake.load_plan(record)
+    assert plan == b'{"plan":"opaque to this test"}'
+
+    server = EmbedServer()
+    embeddings = {"provider": "ollama", "model": "nomic-embed-text", "dim": 8, "endpoint": server.url}
+    try:
+        store = make_store(root, None, mode="bujo", llm=llm, embeddings=embeddings)
+        report = store.rebuild()
+        hits = [h.id for h in store.search("where is the kayak")]
+    finally:
+        server.close()
+    new = MemoryIndex(root, None).manifest()
+    assert old is not None and new is not None and report.rows == 1
+    assert (old["embedding"]["provider"], old["embedding"]["dim"]) == ("local", 384)
+    assert new["embedding"] == {"provider": "ollama", "model": "nomic-embed-text", "dim": 8}
+    assert hits[:1] == ["c-kayak"] and server.requests  # the new provider embedded it
+    assert store.intake.load_plan(record) == plan  # the exact plan, untouched
+    assert store.intake.view(record, now=T0).state is RecordState.PENDING
+    store.close()
