@@ -119,6 +119,14 @@ async def search_attributes_registered(client: Client) -> bool:
     return known[client.namespace]
 
 
+def _store_pairs(store_id: str, tier: str, write_mode: str) -> list[SearchAttributePair]:
+    return [
+        SearchAttributePair(sa.STORE_ID, store_id),
+        SearchAttributePair(sa.TIER, tier),
+        SearchAttributePair(sa.WRITE_MODE, write_mode),
+    ]
+
+
 async def batch_attributes(
     client: Client, store_id: str, tier: str, write_mode: str
 ) -> TypedSearchAttributes | None:
@@ -126,21 +134,13 @@ async def batch_attributes(
     None when the namespace lacks the attributes."""
     if not await search_attributes_registered(client):
         return None
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(sa.STORE_ID, store_id),
-            SearchAttributePair(sa.TIER, tier),
-            SearchAttributePair(sa.WRITE_MODE, write_mode),
-        ]
-    )
+    return TypedSearchAttributes(_store_pairs(store_id, tier, write_mode))
 
 
 def initial_attributes(store_id: str, tier: str, write_mode: str) -> TypedSearchAttributes:
     return TypedSearchAttributes(
         [
-            SearchAttributePair(sa.STORE_ID, store_id),
-            SearchAttributePair(sa.TIER, tier),
-            SearchAttributePair(sa.WRITE_MODE, write_mode),
+            *_store_pairs(store_id, tier, write_mode),
             SearchAttributePair(sa.STATE, "pending"),
             SearchAttributePair(sa.ATTEMPT, 0),
         ]

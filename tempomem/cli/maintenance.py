@@ -143,7 +143,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     intake = store.intake
     now = datetime.now(UTC)
     if not intake.base.exists():
-        out: dict[str, object] = {"counts": {"pending": 0, "due": 0, "dead": 0, "resolved": 0}, "records": []}
+        out: dict[str, object] = {"counts": dict.fromkeys(_COUNTS, 0), "records": []}
     elif args.id:
         out = intake.view(args.id, now=now).model_dump(mode="json")
     else:
@@ -182,13 +182,28 @@ def _figures(counts: dict[str, Any]) -> str:
     return "  ".join(f"{k}={v}" for k, v in counts.items())
 
 
-def _scan(args: argparse.Namespace) -> StoreScan:
-    from tempomem.fleet import scan_stores
+def _add_to(totals: dict[str, int], counts: dict[str, int]) -> None:
+    for key, value in counts.items():
+        totals[key] = totals.get(key, 0) + value
+
+
+def _scan(args: argparse.Namespace, *, only: str | None = None) -> StoreScan:
+    """The stores under ``--stores`` and what was skipped there; with ``only``, that one path alone
+    (classified as the scan would, without reading the rest of the directory)."""
+    from tempomem.fleet import SkippedStore, StoreScan, classify_store, scan_stores
 
     stores_dir = Path(args.stores)
     if not stores_dir.is_dir():
         raise MissingStoreError(f"no stores directory at {stores_dir}; nothing was created")
-    return scan_stores(stores_dir)
+    if only is None:
+        return scan_stores(stores_dir)
+    check_store_name(stores_dir, only)
+    root = stores_dir / only
+    try:
+        reason = classify_store(root)
+    except FileNotFoundError:
+        raise MissingStoreError(f"no store {only!r} under {stores_dir}") from None
+    return StoreScan([root], []) if reason is None else StoreScan([], [SkippedStore(root, reason)])
 
 
 def _inspect_stores(args: argparse.Namespace) -> int:
@@ -230,8 +245,7 @@ def _inspect_stores(args: argparse.Namespace) -> int:
         except (OSError, IntakeError) as exc:  # one unreadable store never hides the others
             row["problem"] = type(exc).__name__
         else:
-            for key, value in [*counts.items(), ("quarantined", row["quarantined"])]:
-                totals[key] = totals.get(key, 0) + value
+            _add_to(totals, {**counts, "quarantined": row["quarantined"]})
         rows.append(row)
     skipped = [{"path": str(s.path), "reason": s.reason} for s in found.skipped]
     out = {"stores": rows, "skipped": skipped, "total": {"stores": len(rows), **totals}}
@@ -344,19 +358,12 @@ def _health_of_stores(args: argparse.Namespace) -> int:
     """#16 item 4: the audit of every store under a directory, one line each, and the totals."""
     from tempomem.storage.store_ref import read_store_id
 
-    found = _scan(args)
+    found = _scan(args, only=args.store)
     stores, skipped = found.stores, found.skipped
-    if args.store:
-        check_store_name(Path(args.stores), args.store)
-        stores = [r for r in stores if r.name == args.store]
-        skipped = [s for s in skipped if s.path.name == args.store]
-        if not stores and not skipped:
-            raise MissingStoreError(f"no store {args.store!r} under {args.stores}")
     reports = [(root, read_store_id(root), _store_health(root)) for root in stores]
     totals: dict[str, int] = {}
     for _, _, report in reports:
-        for key, value in report.counts.items():
-            totals[key] = totals.get(key, 0) + value
+        _add_to(totals, report.counts)
     unhealthy = sum(1 for _, _, r in reports if not _healthy(r))
     if args.json:
         print(
