@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tempomem.capture.settings import CaptureSettings
 from tempomem.storage.commit_order import CommitOrder
 from tempomem.storage.index_backlog import IndexBacklog
 from tempomem.storage.intake import Intake
@@ -15,31 +16,9 @@ from tempomem.storage.store_ref import store_id
 from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from temporalio.client import Client
 
-    from tempomem.activities.llm import HostModelClient, ProviderEndpoint
     from tempomem.recall.embedding import EmbeddingProvider
-
-
-@dataclass(frozen=True)
-class CaptureSettings:
-    """The ``memory.llm`` / ``memory.capture`` settings capture needs, as plain values (no config import)."""
-
-    llm_provider: str
-    llm_model: str
-    llm_endpoint: str | None = None
-    timeout_ms: int = 60_000
-    reconcile_model: str | None = None  # an agent-host reference used for classification only (CAP-08)
-    # Resolved at start from the config and the environment; in memory only, never logged (repr=False).
-    llm_api_key: str | None = field(default=None, repr=False)
-    providers: Mapping[str, ProviderEndpoint] = field(default_factory=dict, repr=False)
-    host_client: HostModelClient | None = field(default=None, repr=False)
-    focus: str | None = None
-    only: tuple[str, ...] | None = None
-    intent_lifecycle: bool = False
-    concurrency: int = 1  # memory.llm.concurrency: extraction/review calls of this store in flight
 
 
 class WrongStoreError(Exception):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing of the durability core (issue #13): mutmut 3 over storage/ and the commit path in
-# activities/ (projection, intake bookkeeping, adoption, the semantic commit in curation).
+# activities/ and capture/ (projection, intake bookkeeping, the reconcile activity, replay adoption, the
+# semantic commit).
 #
 #   bash scripts/mutation.sh            # run (or resume) and print the kill rate
 #   bash scripts/mutation.sh run NAME…  # run these mutants again (e.g. survivors, after new tests)
@@ -9,7 +10,7 @@
 #   bash scripts/mutation.sh show NAME  # the diff of one mutant
 #
 # mutmut names a mutant by the module path of its file, so it needs the package's import names on disk.
-# The repository maps storage/, recall/, activities/ and workflows/ under tempomem at install time
+# The repository maps storage/, recall/, capture/, activities/ and workflows/ under tempomem at install time
 # (pyproject package-dir); this script assembles that tree as src/tempomem/ in a scratch directory
 # (.mutation/, or $TEMPOMEM_MUTATION_DIR) with a copy of tests/, and runs mutmut there. Each mutant runs
 # the Temporal-free tests that reach the mutated function (tests/mutation_selection.txt); the run is not
@@ -28,7 +29,7 @@ assemble() {
   stage="$(mktemp -d)"
   mkdir -p "$stage/src"
   cp -r "$root/tempomem" "$stage/src/tempomem"
-  for d in storage recall activities workflows; do cp -r "$root/$d" "$stage/src/tempomem/$d"; done
+  for d in storage recall capture activities workflows; do cp -r "$root/$d" "$stage/src/tempomem/$d"; done
   cp -r "$root/tests" "$stage/tests"
   rm -f "$stage/tests/mutation_equivalent.txt"
   find "$stage" -name __pycache__ -prune -exec rm -rf {} +

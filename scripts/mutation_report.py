@@ -1,9 +1,10 @@
 """Kill rate of a mutmut run (scripts/mutation.sh): per file and in total, with the recorded equivalent
 mutants (tests/mutation_equivalent.txt: ``name  reason``) taken out of the denominator.
 
-The goal (issue #13) covers storage/ and the commit path. In activities/curation.py that is the
-reconciliation activity and the semantic commit; the model-facing stages (extraction, review, the
-reconciliation decision) are mutated too but counted apart, as "model stages": their tests need the
+The goal (issue #13) covers storage/ and the commit path: the reconciliation activity
+(activities/curation.py), the semantic commit (capture/commit.py) and replay adoption; the model-facing
+stages (extraction, review, the reconciliation decision in capture/reconcile.py) are mutated too but
+counted apart, as "model stages": their tests need the
 dev server and the scripted model (tests/test_capture_pipeline.py), which a mutant run does not start."""
 
 from __future__ import annotations
@@ -31,17 +32,14 @@ MODEL_STAGES = {
     "tempomem.activities.curation": {
         "extract",
         "review",
-        "_decide",
-        "_close_lines",
         "_complete",
         "_model",
         "settings",
-        "_reviewed_if_nothing_eligible",
-        "_owner_turn",
         "_failure",
         "_save",  # called only by extract and review, after their model call
         "__init__",
     },
+    "tempomem.capture.reconcile": {"decide", "close_lines"},
 }
 
 

@@ -2,7 +2,7 @@
 
 Both return content-free answers (a bool or a short reason code), so a rejection can be logged or sent
 to Temporal history without leaking the text it rejected. The rules mirror the capture contract guard in
-``activities/contracts.py`` (``unsafe_text_reason``); storage cannot import activities, so they live here.
+``capture/contracts.py`` (``unsafe_text_reason``); storage cannot import capture, so they live here.
 """
 
 from __future__ import annotations

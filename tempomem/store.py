@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tempomem.activities.context import CaptureSettings, StoreContext
+from tempomem.activities.context import StoreContext
+from tempomem.capture.settings import CaptureSettings
 from tempomem.config import TempomemConfig, secret
 from tempomem.storage.intake import Intake, RecordState, admit_turn
 from tempomem.storage.intake_snapshot import Sink, SnapshotPublisher
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from temporalio.client import Client
 
-    from tempomem.activities.llm import HostModelClient
+    from tempomem.capture.model_client import HostModelClient
     from tempomem.recall.auto_block import AutoLookup
     from tempomem.recall.embedding import EmbeddingProvider
     from tempomem.recall.graph_read import GraphReader
@@ -78,7 +79,7 @@ def capture_settings(
 ) -> CaptureSettings | None:
     """The plain capture settings activities need; None without a ``memory.llm`` block. API keys are
     read here, from the config or the environment variables it names, and stay in memory."""
-    from tempomem.activities.llm import ProviderEndpoint
+    from tempomem.capture.model_client import ProviderEndpoint
 
     memory = config.memory
     if memory.llm is None:

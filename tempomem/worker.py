@@ -29,11 +29,11 @@ from tempomem.activities.consolidation import ensure_consolidation_schedule
 from tempomem.activities.context import StoreContext, utc_now
 from tempomem.activities.curation import CurationActivities
 from tempomem.activities.intake_ops import IntakeActivities
-from tempomem.activities.llm import check_capture_models
 from tempomem.activities.projection import ProjectionActivities
 from tempomem.activities.schedules import ensure_schedule, store_interval
 from tempomem.activities.settle import SettleActivities
 from tempomem.activities.sweep import SweepActivities, register_search_attributes, sweep_store
+from tempomem.capture.model_client import check_capture_models
 from tempomem.export import recover_interrupted_import
 from tempomem.storage.fence import hold_fence, refuse_start_before_rebuild
 from tempomem.storage.intake_snapshot import Sink, SnapshotPublisher

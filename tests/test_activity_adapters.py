@@ -15,11 +15,11 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from tempomem.activities.adoption import adopt_replay
 from tempomem.activities.context import StoreContext, WrongStoreError
 from tempomem.activities.intake_ops import IntakeActivities
-from tempomem.activities.plan import PlanDecision, PlanMemory, RetainedPlan, fact_id
 from tempomem.activities.projection import ProjectionActivities
+from tempomem.capture.adoption import adopt_replay
+from tempomem.capture.plan import PlanDecision, PlanMemory, RetainedPlan, fact_id
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage import replay_sidecar
 from tempomem.storage.intake import FailureCategory, RecordState, admit_turn

@@ -102,7 +102,7 @@ async def test_lost_sidecar_is_adopted_from_the_retained_intent(client: Client, 
     """RPL-10..RPL-15: after a crash past the sidecar step, a lost sidecar is re-attested from the retained
     capture intent alone (no index inference); the replay converges to the reference bytes, and health
     reports an edge naming no canonical line as canonical_mismatch."""
-    from tempomem.activities.adoption import adopt_replay
+    from tempomem.capture.adoption import adopt_replay
     from tempomem.storage import replay_sidecar
     from tempomem.storage.fence import RebuildRequiredError
     from tempomem.storage.health import audit

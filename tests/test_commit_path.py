@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from tempomem.activities import curation
-from tempomem.activities.context import CaptureSettings, StoreContext
-from tempomem.activities.curation import CurationActivities, current_lines, plan_edges
-from tempomem.activities.plan import (
+from tempomem.activities.context import StoreContext
+from tempomem.activities.curation import CurationActivities
+from tempomem.capture import commit
+from tempomem.capture.commit import current_lines, plan_edges
+from tempomem.capture.plan import (
     PlanDecision,
     PlanEntity,
     PlanLabel,
@@ -31,6 +32,7 @@ from tempomem.activities.plan import (
     entity_id,
     fact_id,
 )
+from tempomem.capture.settings import CaptureSettings
 from tempomem.recall.embedding import LocalMiniLMEmbedder
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage import replay_sidecar
@@ -272,9 +274,7 @@ def test_plan_edges_publish_supersession_and_threads_only() -> None:
     assert [e["authority"]["digest"] for e in edges] == [
         replay_sidecar.authority_digest("capture", "rec", e["from"], e["to"]) for e in edges
     ]
-    assert [e["id"] for e in edges] == [
-        replay_sidecar.entry_id(e["kind"], e["from"], e["to"]) for e in edges
-    ]
+    assert [e["id"] for e in edges] == [replay_sidecar.entry_id(e["kind"], e["from"], e["to"]) for e in edges]
 
 
 STEPS = ("markdown", "graph", "sidecar", "index")
@@ -316,7 +316,7 @@ async def test_each_commit_boundary_leaves_a_readable_store_and_converges(
         if name == step:
             raise Stop(name)
 
-    monkeypatch.setattr(curation, "commit_step", stop_at)
+    monkeypatch.setattr(commit, "commit_step", stop_at)
     with pytest.raises(Stop):
         await reconcile(ctx, record, two_facts_threaded(record))
     done = STEPS[: STEPS.index(step) + 1]
@@ -329,14 +329,14 @@ async def test_each_commit_boundary_leaves_a_readable_store_and_converges(
     assert index_ids(ctx.root) - before == (ids if "index" in done else set())
     assert not RetainedPlan.from_bytes(ctx.intake.load_plan(record) or b"").committed
 
-    monkeypatch.setattr(curation, "commit_step", lambda name: None)
+    monkeypatch.setattr(commit, "commit_step", lambda name: None)
     await run_reconcile(ctx, record)
     assert canonical_bytes(ctx.root) == expected
     assert index_ids(ctx.root) - before == ids
 
 
 def test_current_lines_carry_every_field_reconciliation_reads(tmp_path: Path) -> None:
-    from tempomem.activities.plan import Existing, PlanLabel
+    from tempomem.capture.plan import Existing, PlanLabel
     from tempomem.storage.markdown import Bullet, append_bullets
 
     label = {"kind": "preference", "scope": "food", "key": "diet", "value": "vegan", "attribution": "owner"}
@@ -583,9 +583,9 @@ async def test_a_commit_that_did_not_land_is_a_storage_failure(
     ctx = context(tmp_path / "mem", embedder)
     record = admit(ctx, "r1", 0)
     if skipped == "append_bullets":
-        monkeypatch.setattr(curation, "append_bullets", lambda *a, **k: 0)
+        monkeypatch.setattr(commit, "append_bullets", lambda *a, **k: 0)
     else:
-        monkeypatch.setattr(curation.replay_sidecar, "apply_delta", lambda *a, **k: 0)
+        monkeypatch.setattr(commit.replay_sidecar, "apply_delta", lambda *a, **k: 0)
     with pytest.raises(ApplicationError) as err:
         await reconcile(ctx, record, two_facts_threaded(record))
     assert (err.value.type, err.value.message) == ("storage_error", "CaptureFailure")

@@ -17,8 +17,8 @@ import pytest
 from pydantic import BaseModel
 
 from tempomem import MemoryStore
-from tempomem.activities.context import CaptureSettings
-from tempomem.activities.llm import LlmTimeout, chat_model_for
+from tempomem.capture.model_client import LlmTimeout, chat_model_for
+from tempomem.capture.settings import CaptureSettings
 from tempomem.config import TempomemConfig, load_config, load_config_data
 from tempomem.connect import connect_options
 from tests.scripted_model import Delay, ScriptedModelServer

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tempomem.activities.contracts import (
+from tempomem.capture.contracts import (
     REASONS,
     ContractViolation,
     ReconcileDecision,
@@ -30,7 +30,7 @@ from tempomem.activities.contracts import (
     unsafe_text_reason,
     utf16_length,
 )
-from tempomem.activities.prompts import (
+from tempomem.capture.prompts import (
     ExistingMemory,
     ReconcileCandidate,
     extraction_messages,

@@ -165,7 +165,7 @@ def missing_packages(dockerfile: str, packages: list[str]) -> list[str]:
 def test_dockerfile_copies_every_package() -> None:
     text = (DOCKER / "Dockerfile").read_text()
     packages = setuptools_packages()
-    assert {"tempomem", "storage", "recall", "activities", "workflows"} <= set(packages)
+    assert {"tempomem", "storage", "recall", "capture", "activities", "workflows"} <= set(packages)
     assert missing_packages(text, packages) == []
     assert {"pyproject.toml", "README.md", "constraints.txt"} <= copied_sources(text)
     # The check itself can fail: drop one COPY and it notices.

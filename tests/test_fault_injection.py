@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tempomem.activities.plan import fact_id
+from tempomem.capture.plan import fact_id
 from tempomem.export import export_store, import_restore, is_canonical
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage.consolidation import consolidate

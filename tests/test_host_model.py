@@ -17,8 +17,8 @@ import pytest
 from temporalio.client import Client
 
 from tempomem import MemoryStore, load_config
-from tempomem.activities.context import CaptureSettings
-from tempomem.activities.llm import ChatMessage, ModelNotConfigured, chat_model_for
+from tempomem.capture.model_client import ChatMessage, ModelNotConfigured, chat_model_for
+from tempomem.capture.settings import CaptureSettings
 from tempomem.config import SecretMissingError, load_config_data
 from tempomem.store import capture_settings
 from tempomem.worker import run_worker
@@ -105,7 +105,7 @@ async def test_a_failing_host_client_is_a_content_free_llm_error() -> None:
             raise RuntimeError("secret memory text in a host error")
 
     settings = CaptureSettings("agent-host", REFERENCE_REF, host_client=Broken())
-    from tempomem.activities.llm import LlmUnavailable
+    from tempomem.capture.model_client import LlmUnavailable
 
     with pytest.raises(LlmUnavailable) as caught:
         await chat_model_for(settings).complete([{"role": "user", "content": "x"}], timeout_s=5)
@@ -191,7 +191,7 @@ async def test_classifier_through_the_host_client_gets_the_whole_reference(
 
 
 def test_classifier_with_ollama_and_no_registry_is_refused_by_name() -> None:
-    from tempomem.activities.llm import check_capture_models
+    from tempomem.capture.model_client import check_capture_models
 
     settings = settings_for({"provider": "ollama", "model": "llama3.2"})
     with pytest.raises(ModelNotConfigured, match=r"memory\.capture\.reconcileModel: .*'lab'"):

@@ -11,7 +11,7 @@ import typing
 import pytest
 from pydantic import ValidationError
 
-from tempomem.activities import contracts
+from tempomem.capture import contracts
 from tempomem.config import CaptureConfig
 from tempomem.recall.shaping import RecallHit, render_hit_line
 from tempomem.storage import consolidation, limits

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tempomem.activities.contracts import ContractViolation, parse_extraction
-from tempomem.activities.llm import (
+from tempomem.capture.contracts import ContractViolation, parse_extraction
+from tempomem.capture.model_client import (
     ChatMessage,
     LlmProtocolError,
     LlmTimeout,
@@ -23,7 +23,7 @@ from tempomem.activities.llm import (
     OpenAICompatChat,
     make_chat_model,
 )
-from tempomem.activities.prompts import extraction_messages
+from tempomem.capture.prompts import extraction_messages
 from tests.scripted_model import OLLAMA_PATH, OPENAI_PATH, Delay, Hang, HttpError, Raw, ScriptedModelServer
 
 MESSAGES: list[ChatMessage] = [

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tempomem.activities.contracts import ReconcileDecision, ReviewDecision, parse_extraction
-from tempomem.activities.plan import (
+from tempomem.capture.contracts import ReconcileDecision, ReviewDecision, parse_extraction
+from tempomem.capture.plan import (
     Existing,
     PlanLabel,
     PlanMemory,

@@ -25,7 +25,7 @@ from tempomem.config import load_config_data
 from tempomem.connect import TemporalConnectError, connect_options
 
 REPO = Path(__file__).resolve().parents[1]
-MAPPED = ("storage", "recall", "activities", "workflows")
+MAPPED = ("storage", "recall", "capture", "activities", "workflows")
 
 
 # -- one namespace ---------------------------------------------------------------------------------------

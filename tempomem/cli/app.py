@@ -68,7 +68,7 @@ Failure = tuple[tuple[type[BaseException], ...], Callable[[Any], str], int]
 
 def expected_failures() -> list[Failure]:
     """Errors a command may raise on purpose, in order (subclasses first): what to say, which exit code."""
-    from tempomem.activities.llm import ModelNotConfigured
+    from tempomem.capture.model_client import ModelNotConfigured
     from tempomem.codec import CodecError
     from tempomem.config import ConfigError, SecretMissingError
     from tempomem.connect import TemporalConnectError

@@ -302,7 +302,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 def cmd_adopt_replay(args: argparse.Namespace) -> int:
     """CLI-07: metadata-only adoption of retained capture intents into a missing sidecar (agent stopped)."""
-    from tempomem.activities.adoption import adopt_replay
+    from tempomem.capture.adoption import adopt_replay
     from tempomem.storage.fence import hold_fence
 
     store = store_from_args(args, must_exist=True)

@@ -1,7 +1,7 @@
 """A capture worker process that SIGKILLs itself right after one commit boundary.
 
 Usage: python -m tests.helpers.crash_worker ROOT ADDRESS TASK_QUEUE MODEL_URL STEP
-STEP is one of the names passed to ``activities.curation.commit_step``.
+STEP is one of the names passed to ``capture.commit.commit_step``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-import tempomem.activities.curation as curation
-from tempomem.activities.context import CaptureSettings, StoreContext
+import tempomem.capture.commit as commit
+from tempomem.activities.context import StoreContext
+from tempomem.capture.settings import CaptureSettings
 from tempomem.recall.embedding import LocalMiniLMEmbedder
 from tempomem.worker import store_activities
 from tempomem.workflows.capture import CaptureWorkflow
@@ -32,7 +33,7 @@ async def main() -> None:
         if name == step:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    curation.commit_step = crash_at
+    commit.commit_step = crash_at
     ctx = StoreContext(
         root=Path(root),
         tier="bujo",

@@ -25,9 +25,10 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tempomem.activities.context import CaptureSettings, StoreContext
+from tempomem.activities.context import StoreContext
 from tempomem.activities.curation import CurationActivities
-from tempomem.activities.plan import PlanEntity, PlanMemory, PlanRelation, RetainedPlan, entity_id
+from tempomem.capture.plan import PlanEntity, PlanMemory, PlanRelation, RetainedPlan, entity_id
+from tempomem.capture.settings import CaptureSettings
 from tempomem.export import export_store, import_restore
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage.consolidation import consolidate

@@ -34,7 +34,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from tempomem.storage.limits import OLLAMA_ENDPOINT_DEFAULT
 
 if TYPE_CHECKING:
-    from tempomem.activities.context import CaptureSettings
+    from tempomem.capture.settings import CaptureSettings
 from tempomem.storage.tls import client_context
 
 log = logging.getLogger(__name__)

@@ -11,12 +11,15 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from tempomem.activities.contracts import ExtractionPlan, ReconcileDecision, ReviewDecision, ReviewLine
+from tempomem.capture.contracts import ExtractionPlan, ReconcileDecision, ReviewDecision, ReviewLine
 from tempomem.storage.limits import ASSISTANT_SALIENCE_FLOOR
+
+if TYPE_CHECKING:
+    from tempomem.storage.intake import IntakePayload
 
 PLAN_VERSION = 1
 Action = Literal["ADD", "UPDATE", "SUPERSEDE", "NOOP", "DROP"]
@@ -331,3 +334,16 @@ def passes_only(memory: PlanMemory, only: Sequence[str] | None) -> bool:
     if only is None:
         return True
     return any(label.kind in only for label in memory.labels)
+
+
+def reviewed_if_nothing_eligible(plan: RetainedPlan, payload: IntakePayload) -> RetainedPlan:
+    """CAP-06 / CAP-41: a plan with no line eligible for review is marked reviewed, as the review stage
+    would mark it; the same plan object when it is reviewed already or something is eligible."""
+    if plan.reviewed or review_lines(plan, owner_turn=is_owner_turn(payload)):
+        return plan
+    return plan.model_copy(update={"reviewed": True})
+
+
+def is_owner_turn(payload: IntakePayload) -> bool:
+    """A verified owner turn: a human turn with no automated trigger (the owner-only guards)."""
+    return payload.speaker_kind == "human-turn" and payload.trigger_kind == "none"

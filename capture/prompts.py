@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from tempomem.activities.contracts import (
+from tempomem.capture.contracts import (
     MAX_ENTITIES,
     MAX_LABELS_PER_MEMORY,
     MAX_RELATIONS,
     MAX_TEXT_BYTES,
     ReviewLine,
 )
-from tempomem.activities.llm import ChatMessage
+from tempomem.capture.model_client import ChatMessage
 from tempomem.storage.limits import CAPTURE_FOCUS_MAX_BYTES, EXTRACTION_MAX_MEMORIES
 
 TriggerKind = Literal["none", "cron", "webhook"]

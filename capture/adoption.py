@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from tempomem.activities.curation import plan_edges
-from tempomem.activities.plan import RetainedPlan
+from tempomem.capture.commit import plan_edges
+from tempomem.capture.plan import RetainedPlan
 from tempomem.storage import replay_sidecar
 from tempomem.storage.fence import mark_rebuild_required
 from tempomem.storage.intake import Intake, RecordState
