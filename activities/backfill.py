@@ -42,6 +42,8 @@ from temporalio.exceptions import ApplicationError
 
 from tempomem.activities.context import StoreContext, utc_now
 from tempomem.activities.heartbeat import run_blocking
+from tempomem.messages.backfill import ADMIT_BATCH, AdmitBatchInput, AdmitBatchResult, BackfillSource, BadLine
+from tempomem.messages.capture import RECORD_STATE, RecordRef
 from tempomem.storage.intake import (
     Intake,
     IntakeCapacityError,
@@ -54,15 +56,6 @@ from tempomem.storage.intake import (
 from tempomem.storage.intake import admit_turn as admit_turn_once
 from tempomem.storage.limits import MIB
 from tempomem.storage.turn import AdmissionStatus, CompletedTurn
-from tempomem.workflows.backfill import (
-    ADMIT_BATCH,
-    AdmitBatchInput,
-    AdmitBatchResult,
-    BackfillSource,
-    BadLine,
-)
-from tempomem.workflows.child_capture import RECORD_STATE
-from tempomem.workflows.common import RecordRef
 
 MAX_LINE_BYTES = 8 * MIB  # a longer JSONL line is reported (line_too_long) and skipped
 MAX_REASON_ERRORS = 3

@@ -19,14 +19,14 @@ from temporalio.exceptions import ApplicationError
 from tempomem.activities.context import StoreContext
 from tempomem.activities.heartbeat import run_blocking
 from tempomem.activities.schedules import ensure_schedule, store_interval
-from tempomem.storage.consolidation import consolidate
-from tempomem.workflows.consolidation import (
+from tempomem.messages.consolidation import (
     CONSOLIDATE,
     CONSOLIDATION_WORKFLOW,
     ConsolidationInput,
     ConsolidationResult,
     consolidation_workflow_id,
 )
+from tempomem.storage.consolidation import consolidate
 
 CONSOLIDATE_EVERY = timedelta(hours=1)
 

@@ -30,8 +30,8 @@ from tempomem.capture.plan import (
     reviewed_if_nothing_eligible,
 )
 from tempomem.capture.settings import CaptureSettings
+from tempomem.messages.capture import EXTRACT, RECONCILE, REVIEW, CurationInput, StageResult
 from tempomem.storage.intake import FailureCategory, IntakeError, IntakePayload, parse_instant
-from tempomem.workflows.common import EXTRACT, RECONCILE, REVIEW, CurationInput, StageResult
 
 log = logging.getLogger("tempomem.capture")
 

@@ -11,9 +11,7 @@ from temporalio.service import RPCError
 
 from tempomem.activities.context import StoreContext, utc_now
 from tempomem.activities.heartbeat import run_blocking
-from tempomem.storage.intake import FailureCategory, RecordState, UnknownRecordError
-from tempomem.storage.intake_tidy import quarantine_if_corrupt
-from tempomem.workflows.common import (
+from tempomem.messages.capture import (
     BEGIN_ATTEMPT,
     COMMIT_TURN_SIGNAL,
     DEAD_LETTER,
@@ -24,6 +22,8 @@ from tempomem.workflows.common import (
     RecordRef,
     capture_workflow_id,
 )
+from tempomem.storage.intake import FailureCategory, RecordState, UnknownRecordError
+from tempomem.storage.intake_tidy import quarantine_if_corrupt
 
 log = logging.getLogger("tempomem.capture")
 

@@ -10,11 +10,11 @@ from temporalio.exceptions import ApplicationError
 
 from tempomem.activities.context import StoreContext
 from tempomem.activities.heartbeat import run_blocking
+from tempomem.messages.capture import INDEX_FLUSH, PROJECT, ProjectionResult, RecordRef
 from tempomem.storage.fsio import UnsafePathError, exclusive_lock
 from tempomem.storage.intake import FailureCategory, IntakeError
 from tempomem.storage.projection import project
 from tempomem.storage.store_ref import STORE_LOCK
-from tempomem.workflows.common import INDEX_FLUSH, PROJECT, ProjectionResult, RecordRef
 
 if TYPE_CHECKING:
     from tempomem.recall.embedding import EmbeddingProvider

@@ -18,6 +18,15 @@ from temporalio.exceptions import ApplicationError
 
 from tempomem.activities.context import StoreContext, utc_now
 from tempomem.activities.heartbeat import run_blocking
+from tempomem.messages.capture import CurationInput
+from tempomem.messages.recurate import (
+    RECURATE_ADMIT,
+    RECURATE_DRY_RUN,
+    RecurateAdmitInput,
+    RecurateAdmitResult,
+    RecurateDryRunInput,
+    RecurateDryRunResult,
+)
 from tempomem.storage import replay_sidecar
 from tempomem.storage.fsio import atomic_write, ensure_private_dir, exclusive_lock
 from tempomem.storage.intake import (
@@ -30,15 +39,6 @@ from tempomem.storage.intake import (
 )
 from tempomem.storage.store_ref import STORE_LOCK
 from tempomem.storage.turn_archive import ArchivedTurn, TurnArchive, TurnArchiveError
-from tempomem.workflows.common import CurationInput
-from tempomem.workflows.recurate import (
-    RECURATE_ADMIT,
-    RECURATE_DRY_RUN,
-    RecurateAdmitInput,
-    RecurateAdmitResult,
-    RecurateDryRunInput,
-    RecurateDryRunResult,
-)
 
 RECURATE_DIR = ".recurate"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

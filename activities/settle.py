@@ -25,9 +25,9 @@ from tempomem.activities.context import StoreContext
 from tempomem.activities.heartbeat import run_blocking
 from tempomem.activities.intake_ops import IntakeActivities
 from tempomem.activities.projection import ProjectionActivities
+from tempomem.messages.capture import SETTLE, AttemptInfo, RecordRef, SettleInput
 from tempomem.storage.intake import FailureCategory
 from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, SHUTDOWN_DRAIN_SECONDS
-from tempomem.workflows.common import SETTLE, AttemptInfo, RecordRef, SettleInput
 
 T = TypeVar("T")
 

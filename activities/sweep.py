@@ -25,9 +25,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tempomem.activities.context import StoreContext, utc_now
-from tempomem.storage.store_ref import is_path_named
-from tempomem.workflows import search_attributes as sa
-from tempomem.workflows.common import (
+from tempomem.messages import search_attributes as sa
+from tempomem.messages.capture import (
     CAPTURE_WORKFLOW,
     SWEEP,
     CaptureInput,
@@ -36,6 +35,7 @@ from tempomem.workflows.common import (
     capture_workflow_id,
     legacy_capture_workflow_id,
 )
+from tempomem.storage.store_ref import is_path_named
 
 log = logging.getLogger("tempomem.capture")
 

@@ -41,13 +41,13 @@ from tempomem.activities.context import StoreContext
 from tempomem.backfill import follow_backfill, start_backfill, write_jsonl
 from tempomem.config import load_config_data
 from tempomem.devserver import temporal_cli
+from tempomem.messages import search_attributes
+from tempomem.messages.capture import SETTLE, AttemptInfo, SettleInput
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage.markdown import iter_bullets
 from tempomem.store import MemoryStore
 from tempomem.worker import backfill_worker_extras, store_activities, workflow_runner
-from tempomem.workflows import search_attributes
 from tempomem.workflows.capture import CaptureWorkflow
-from tempomem.workflows.common import SETTLE, AttemptInfo, SettleInput
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 
 # $TEMPOMEM_LOCOMO, else ../shared/data/locomo/ beside the repository (never a machine path)

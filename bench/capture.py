@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.histories import step_times
 from tempomem.devserver import temporal_cli
+from tempomem.messages import search_attributes
 from tempomem.storage.turn import CompletedTurn
-from tempomem.workflows import search_attributes
 from tests.conftest import make_store, running_worker
 from tests.scripted_model import ScriptedModelServer
 from tests.test_capture_flow import outcome_of

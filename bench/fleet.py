@@ -50,11 +50,11 @@ from bench.histories import step_times  # noqa: E402
 from tempomem.config import load_config_file  # noqa: E402
 from tempomem.devserver import temporal_cli  # noqa: E402
 from tempomem.fleet import store_config  # noqa: E402
+from tempomem.messages import search_attributes  # noqa: E402
 from tempomem.storage.fsio import ensure_private_dir  # noqa: E402
 from tempomem.storage.store_ref import store_id  # noqa: E402
 from tempomem.storage.turn import CompletedTurn  # noqa: E402
 from tempomem.store import MemoryStore  # noqa: E402
-from tempomem.workflows import search_attributes  # noqa: E402
 
 WORDS = [
     *("kayak", "canoe", "garden", "dentist", "invoice", "museum", "recipe", "violin", "hiking", "budget"),

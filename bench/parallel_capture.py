@@ -47,11 +47,11 @@ from tempomem.activities.backfill import load_locomo  # noqa: E402
 from tempomem.backfill import run_backfill, write_jsonl  # noqa: E402
 from tempomem.config import load_config_data  # noqa: E402
 from tempomem.devserver import temporal_cli  # noqa: E402
+from tempomem.messages import search_attributes  # noqa: E402
 from tempomem.recurate import make_request, run_recurate  # noqa: E402
 from tempomem.storage.turn import CompletedTurn  # noqa: E402
 from tempomem.store import MemoryStore  # noqa: E402
 from tempomem.worker import run_worker  # noqa: E402
-from tempomem.workflows import search_attributes  # noqa: E402
 from tests.scripted_model import ScriptedModelServer  # noqa: E402
 
 # $TEMPOMEM_LOCOMO, else ../shared/data/locomo/ beside the repository (never a machine path)

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
 
     from tempomem.follow import TurnBar
+    from tempomem.messages.backfill import BackfillProgress
+    from tempomem.messages.consolidation import ConsolidationResult
     from tempomem.store import MemoryStore
-    from tempomem.workflows.backfill import BackfillProgress
-    from tempomem.workflows.consolidation import ConsolidationResult
 
 __all__ = [
     "consolidate_now",
@@ -82,7 +82,7 @@ async def start_backfill(
 
     from tempomem.activities.backfill import file_digest
     from tempomem.activities.sweep import batch_attributes
-    from tempomem.workflows.backfill import (
+    from tempomem.messages.backfill import (
         BACKFILL_WORKFLOW,
         BackfillInput,
         BackfillProgress,
@@ -131,7 +131,7 @@ async def follow_backfill(
 ) -> BackfillProgress:
     """Poll the ``progress`` query (across continue-as-new runs) until the backfill ends; its result."""
     from tempomem.follow import follow_workflow
-    from tempomem.workflows.backfill import PROGRESS_QUERY, BackfillProgress
+    from tempomem.messages.backfill import PROGRESS_QUERY, BackfillProgress
 
     return await follow_workflow(
         client,
@@ -161,7 +161,7 @@ async def consolidate_now(client: Client, store: MemoryStore) -> ConsolidationRe
     """Run ``ConsolidationWorkflow`` once on the store's worker and return its content-free result."""
     from temporalio.common import WorkflowIDConflictPolicy
 
-    from tempomem.workflows.consolidation import (
+    from tempomem.messages.consolidation import (
         CONSOLIDATION_WORKFLOW,
         ConsolidationInput,
         ConsolidationResult,

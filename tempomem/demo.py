@@ -14,12 +14,12 @@ from importlib import resources
 from pydantic import BaseModel, ConfigDict
 from temporalio.client import Client
 
+from tempomem.messages.capture import CaptureOutcome
 from tempomem.recall.tools import RecallResult, memory_recall
 from tempomem.storage.fence import fence_is_held
 from tempomem.storage.turn import AdmissionStatus, CompletedTurn
 from tempomem.store import MemoryStore
 from tempomem.worker import run_worker
-from tempomem.workflows.common import CaptureOutcome
 
 
 class DemoTurn(BaseModel):

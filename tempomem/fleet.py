@@ -38,10 +38,10 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from tempomem.config import TempomemConfig
+    from tempomem.messages.capture import SweepResult
     from tempomem.storage.intake import Intake
     from tempomem.storage.intake_snapshot import IntakeSnapshot
     from tempomem.store import MemoryStore
-    from tempomem.workflows.common import SweepResult
 
 log = logging.getLogger("tempomem.fleet")
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
 
+    from tempomem.messages.recurate import RecurateProgress
     from tempomem.store import MemoryStore
-    from tempomem.workflows.recurate import RecurateProgress
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # == activities.recurate.RUN_ID
 # Archived turns re-admitted per activity, and captures in flight (issue #15 item 1).
@@ -106,7 +106,7 @@ async def start_recurate(
     from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
     from tempomem.activities.sweep import batch_attributes
-    from tempomem.workflows.recurate import (
+    from tempomem.messages.recurate import (
         RECURATE_WORKFLOW,
         RecurateInput,
         RecurateProgress,

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from tempomem.activities.context import StoreContext
 from tempomem.capture.settings import CaptureSettings
 from tempomem.config import TempomemConfig, secret
+from tempomem.messages.capture import capture_workflow_id
 from tempomem.storage.intake import Intake, RecordState, admit_turn
 from tempomem.storage.intake_snapshot import Sink, SnapshotPublisher
 from tempomem.storage.limits import AUTO_CONTEXT_MAX_BYTES
 from tempomem.storage.store_ref import is_path_named, store_id, task_queue_name
 from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT
-from tempomem.workflows.common import capture_workflow_id
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -35,12 +35,12 @@ from tempomem.activities.settle import SettleActivities
 from tempomem.activities.sweep import SweepActivities, register_search_attributes, sweep_store
 from tempomem.capture.model_client import check_capture_models
 from tempomem.export import recover_interrupted_import
+from tempomem.messages.capture import SWEEP_WORKFLOW, SweepInput, SweepResult, model_task_queue
 from tempomem.storage.fence import hold_fence, refuse_start_before_rebuild
 from tempomem.storage.intake_snapshot import Sink, SnapshotPublisher
 from tempomem.storage.intake_tidy import TidyReport, tidy
 from tempomem.storage.limits import SHUTDOWN_DRAIN_SECONDS
 from tempomem.workflows.capture import CaptureWorkflow
-from tempomem.workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult, model_task_queue
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 
 if TYPE_CHECKING:

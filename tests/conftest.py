@@ -16,9 +16,9 @@ from temporalio.testing import WorkflowEnvironment
 from tempomem.activities.context import StoreContext
 from tempomem.config import TempomemConfig, load_config_data
 from tempomem.devserver import temporal_cli
+from tempomem.messages import search_attributes
 from tempomem.store import MemoryStore
 from tempomem.worker import run_worker
-from tempomem.workflows import search_attributes
 
 # scripts/mutation.sh runs each mutant against the property tests too: fewer examples there keep a
 # mutant to seconds (any example that breaks an invariant still fails it); the suite uses the default.

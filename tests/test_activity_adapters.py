@@ -20,13 +20,13 @@ from tempomem.activities.intake_ops import IntakeActivities
 from tempomem.activities.projection import ProjectionActivities
 from tempomem.capture.adoption import adopt_replay
 from tempomem.capture.plan import PlanDecision, PlanMemory, RetainedPlan, fact_id
+from tempomem.messages.capture import AttemptInfo, FailureInput, ProjectionResult, RecordRef
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage import replay_sidecar
 from tempomem.storage.intake import FailureCategory, RecordState, admit_turn
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.projection import project
 from tempomem.storage.turn import CompletedTurn
-from tempomem.workflows.common import AttemptInfo, FailureInput, ProjectionResult, RecordRef
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 

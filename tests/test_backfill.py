@@ -35,12 +35,13 @@ from tempomem.backfill import (
     start_backfill,
     write_jsonl,
 )
+from tempomem.messages.backfill import PROGRESS_QUERY, SOURCE_FORMATS, BackfillProgress
 from tempomem.storage.intake import RecordState, intake_id
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
 from tempomem.store import MemoryStore
 from tempomem.worker import backfill_worker_extras, store_activities
-from tempomem.workflows.backfill import PROGRESS_QUERY, SOURCE_FORMATS, BackfillProgress, BackfillWorkflow
+from tempomem.workflows.backfill import BackfillWorkflow
 from tempomem.workflows.capture import CaptureWorkflow
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 from tests.conftest import make_store

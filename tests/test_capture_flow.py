@@ -20,11 +20,11 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from tempomem.messages.capture import CaptureOutcome
 from tempomem.storage.intake import RecordState
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 from tempomem.store import START_TIMEOUT_SECONDS
-from tempomem.workflows.common import CaptureOutcome
 from tests.conftest import make_store, running_worker
 
 T0 = datetime(2026, 12, 3, 9, 30, 15, 123000, tzinfo=UTC)
@@ -254,8 +254,8 @@ async def test_sweep_schedule_starts_records_admitted_while_temporal_was_away(
 
 
 async def test_workflow_is_observable_in_the_ui_without_content(client: Client, tmp_path: Path) -> None:
-    from tempomem.workflows import search_attributes as sa
-    from tempomem.workflows.common import CaptureStatus
+    from tempomem.messages import search_attributes as sa
+    from tempomem.messages.capture import CaptureStatus
 
     store = make_store(tmp_path / "mem", client, mode="journal")
     result = await store.persist_completed_turn(turn("ui-1", "Heron-Paddle-8812 is where the spare key is."))

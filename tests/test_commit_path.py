@@ -33,6 +33,7 @@ from tempomem.capture.plan import (
     fact_id,
 )
 from tempomem.capture.settings import CaptureSettings
+from tempomem.messages.capture import CurationInput
 from tempomem.recall.embedding import LocalMiniLMEmbedder
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage import replay_sidecar
@@ -41,7 +42,6 @@ from tempomem.storage.health import audit
 from tempomem.storage.intake import admit_turn
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
-from tempomem.workflows.common import CurationInput
 from tests.helpers.canonical import canonical_bytes
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -113,6 +113,8 @@ def test_layers_import_only_downwards() -> None:
         ),
         "tempomem.capture": ("tempomem.activities", "tempomem.workflows"),
         "tempomem.recall": ("tempomem.capture", "tempomem.activities", "tempomem.workflows"),
+        # What crosses Temporal: the activities, the workflows and the starters share it.
+        "tempomem.messages": ("tempomem.",),
     }
     wrong = [
         f"{name} imports {target}"
@@ -124,6 +126,21 @@ def test_layers_import_only_downwards() -> None:
     ]
     assert wrong == []
     assert any(t.startswith("tempomem.capture.") for t in graph["tempomem.activities.curation"])
+
+
+def test_activities_take_their_types_from_the_messages_not_from_workflow_modules() -> None:
+    """Issue #18 item 2: the shared inputs and results live in tempomem.messages; an activity module
+    imports no workflow module."""
+    graph, _ = import_graph()
+    wrong = [
+        f"{name} imports {target}"
+        for name, targets in graph.items()
+        if name.startswith("tempomem.activities.")
+        for target in targets
+        if target.startswith("tempomem.workflows")
+    ]
+    assert wrong == []
+    assert "tempomem.messages.capture" in graph["tempomem.activities.intake_ops"]
 
 
 def test_no_import_cycles() -> None:

@@ -21,6 +21,7 @@ from temporalio.client import Client, WorkflowFailureError
 
 from tempomem.activities.recurate import RECURATE_DIR
 from tempomem.config import ConfigError, load_config_data
+from tempomem.messages.recurate import RECURATE_WORKFLOW, recurate_workflow_id
 from tempomem.recurate import (
     RecurateRequestError,
     failure_category,
@@ -41,7 +42,6 @@ from tempomem.storage.intake import (
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
 from tempomem.storage.turn_archive import ARCHIVE_DIR, TurnArchive, TurnArchiveConflictError
-from tempomem.workflows.recurate import RECURATE_WORKFLOW, recurate_workflow_id
 from tests.conftest import make_store, running_worker
 from tests.helpers.processes import kill_when
 from tests.scripted_model import Delay, ScriptedModelServer

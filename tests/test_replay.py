@@ -14,11 +14,14 @@ from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from tempomem.workflows.backfill import BACKFILL_WORKFLOW, BackfillWorkflow
+from tempomem.messages.backfill import BACKFILL_WORKFLOW
+from tempomem.messages.capture import CAPTURE_WORKFLOW, SWEEP_WORKFLOW
+from tempomem.messages.consolidation import CONSOLIDATION_WORKFLOW
+from tempomem.messages.recurate import RECURATE_WORKFLOW
+from tempomem.workflows.backfill import BackfillWorkflow
 from tempomem.workflows.capture import CaptureWorkflow
-from tempomem.workflows.common import CAPTURE_WORKFLOW, SWEEP_WORKFLOW
-from tempomem.workflows.consolidation import CONSOLIDATION_WORKFLOW, ConsolidationWorkflow
-from tempomem.workflows.recurate import RECURATE_WORKFLOW, RecurateWorkflow
+from tempomem.workflows.consolidation import ConsolidationWorkflow
+from tempomem.workflows.recurate import RecurateWorkflow
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 
 # Every workflow type a store's worker registers (tempomem.worker.store_worker_parts), by its name.

@@ -11,10 +11,10 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from tempomem import devserver
+from tempomem.messages.capture import CaptureOutcome
 from tempomem.storage.intake import RecordState
 from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
 from tempomem.storage.turn import CompletedTurn
-from tempomem.workflows.common import CaptureOutcome
 from tests.conftest import make_store, running_worker
 
 T0 = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)

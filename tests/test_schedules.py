@@ -15,8 +15,8 @@ from temporalio.client import (
 )
 
 from tempomem.activities.schedules import store_interval
+from tempomem.messages.capture import SWEEP_WORKFLOW, SweepInput
 from tempomem.worker import SWEEP_EVERY, ensure_sweep_schedule, schedule_id
-from tempomem.workflows.common import SWEEP_WORKFLOW, SweepInput
 from tests.conftest import make_store
 
 

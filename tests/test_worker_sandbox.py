@@ -2,7 +2,7 @@
 ``tempomem.worker.workflow_runner``): tempomem's workflow modules are imported once instead of once per
 run, and the sandbox no longer intercepts their calls. So their determinism is checked here statically:
 they import only ``temporalio``, ``datetime.timedelta``, a few pure standard-library modules and
-tempomem's own workflow and constant modules, and they name no clock, randomness, file, process or
+tempomem's own workflow, message and constant modules, and they name no clock, randomness, file, process or
 network API. Workflows of other packages on the same runner stay sandboxed (checked on a real dev
 server)."""
 
@@ -21,9 +21,12 @@ from tempomem.worker import workflow_runner
 from tests.helpers.sandbox_probe import SandboxProbe
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_MODULES = sorted((REPO / "workflows").glob("*.py"))
+# The workflow modules and the messages they share with activities (passed through the sandbox too).
+WORKFLOW_MODULES = sorted((REPO / "workflows").glob("*.py")) + sorted(
+    (REPO / "tempomem" / "messages").glob("*.py")
+)
 STDLIB = {"__future__", "asyncio", "builtins", "collections", "contextlib", "dataclasses", "typing"}
-OWN = ("tempomem.workflows", "tempomem.storage.limits")
+OWN = ("tempomem.workflows", "tempomem.messages", "tempomem.storage.limits")
 # Names whose use in workflow code would be non-deterministic (the sandbox would have refused them).
 FORBIDDEN = {
     *("now", "utcnow", "today", "time", "monotonic", "perf_counter", "sleep", "random", "uuid4"),
@@ -44,7 +47,9 @@ def imports(tree: ast.AST) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", WORKFLOW_MODULES, ids=[p.name for p in WORKFLOW_MODULES])
+@pytest.mark.parametrize(
+    "path", WORKFLOW_MODULES, ids=[f"{p.parent.name}/{p.name}" for p in WORKFLOW_MODULES]
+)
 def test_a_workflow_module_imports_only_what_keeps_it_deterministic(path: Path) -> None:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     strays = {

@@ -15,10 +15,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from tempomem.storage import limits
-    from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
-    from tempomem.workflows import search_attributes as sa
-    from tempomem.workflows.common import (
+    from tempomem.messages import search_attributes as sa
+    from tempomem.messages.capture import (
         BEGIN_ATTEMPT,
         COMMIT_TURN_SIGNAL,
         DEAD_LETTER,
@@ -40,6 +38,8 @@ with workflow.unsafe.imports_passed_through():
         SettleInput,
         StageResult,
     )
+    from tempomem.storage import limits
+    from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
 
 # Activities never retry on their own: every failure is one durable attempt of the record's budget.
 _NO_RETRY = RetryPolicy(maximum_attempts=1)

@@ -21,10 +21,11 @@ from temporalio.common import (
 from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from tempomem.workflows import search_attributes as sa
-    from tempomem.workflows.common import (
+    from tempomem.messages import search_attributes as sa
+    from tempomem.messages.capture import (
         CAPTURE_WORKFLOW,
         INDEX_FLUSH,
+        RECORD_STATE,
         STORE_SCOPED_IDS,
         CaptureInput,
         CaptureOutcome,
@@ -33,7 +34,6 @@ with workflow.unsafe.imports_passed_through():
         legacy_capture_workflow_id,
     )
 
-RECORD_STATE = "backfill.record_state"  # registered with the backfill activities on every worker
 # Versioned change (issue #15 item 2): children of batch runs hand their index update to the group commit.
 INDEX_GROUP_COMMIT = "index-group-commit-v1"
 POLL_CAP_SECONDS = 300

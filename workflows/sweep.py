@@ -12,7 +12,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from tempomem.workflows.common import SWEEP, SweepInput, SweepResult
+    from tempomem.messages.capture import SWEEP, SweepInput, SweepResult
 
 
 @workflow.defn(name="IntakeSweepWorkflow")

@@ -17,7 +17,7 @@ from tempomem import backfill, recurate
 from tempomem.cli.common import add_store_selector, positive_int
 
 if TYPE_CHECKING:
-    from tempomem.workflows.backfill import BackfillProgress
+    from tempomem.messages.backfill import BackfillProgress
 
 
 def register(sub: Any) -> None:
@@ -252,7 +252,7 @@ def cmd_recurate(args: argparse.Namespace) -> int:
         return EXIT_USAGE if exc.usage else EXIT_ERROR
 
     from tempomem.follow import TurnBar, follow_workflow
-    from tempomem.workflows.recurate import PROGRESS_QUERY, RecurateProgress
+    from tempomem.messages.recurate import PROGRESS_QUERY, RecurateProgress
 
     async def main() -> RecurateProgress:
         client = await connect(store.config, store.base_dir)

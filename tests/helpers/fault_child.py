@@ -30,6 +30,7 @@ from tempomem.activities.curation import CurationActivities
 from tempomem.capture.plan import PlanEntity, PlanMemory, PlanRelation, RetainedPlan, entity_id
 from tempomem.capture.settings import CaptureSettings
 from tempomem.export import export_store, import_restore
+from tempomem.messages.capture import CurationInput
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage.consolidation import consolidate
 from tempomem.storage.fsio import exclusive_lock
@@ -39,7 +40,6 @@ from tempomem.storage.intake_tidy import tidy
 from tempomem.storage.projection import project
 from tempomem.storage.store_ref import STORE_LOCK
 from tempomem.storage.turn import AdmissionResult, CompletedTurn
-from tempomem.workflows.common import CurationInput
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 HOOKED = ("open", "write", "fsync", "rename", "replace", "unlink", "mkdir", "rmdir")

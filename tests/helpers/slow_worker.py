@@ -20,9 +20,9 @@ from temporalio.worker import Worker
 
 from tempomem.activities.context import StoreContext
 from tempomem.activities.intake_ops import IntakeActivities
+from tempomem.messages.capture import SETTLE, AttemptInfo, RecordRef, SettleInput
 from tempomem.worker import store_activities
 from tempomem.workflows.capture import CaptureWorkflow
-from tempomem.workflows.common import SETTLE, AttemptInfo, RecordRef, SettleInput
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 
 

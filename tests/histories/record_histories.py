@@ -20,9 +20,9 @@ from typing import Any
 from temporalio.testing import WorkflowEnvironment
 
 from tempomem.devserver import temporal_cli
+from tempomem.messages import search_attributes
+from tempomem.messages.capture import CaptureOutcome
 from tempomem.storage.turn import CompletedTurn
-from tempomem.workflows import search_attributes
-from tempomem.workflows.common import CaptureOutcome
 from tests.conftest import make_store, running_worker
 
 HERE = Path(__file__).parent
@@ -97,9 +97,9 @@ async def record_other(env: WorkflowEnvironment, name: str) -> None:
     from temporalio.common import WorkflowIDConflictPolicy
 
     from tempomem.backfill import consolidate_now, follow_backfill, start_backfill, write_jsonl
+    from tempomem.messages.capture import SWEEP_WORKFLOW, SweepInput, SweepResult
+    from tempomem.messages.consolidation import consolidation_workflow_id
     from tempomem.recurate import make_request, start_recurate
-    from tempomem.workflows.common import SWEEP_WORKFLOW, SweepInput, SweepResult
-    from tempomem.workflows.consolidation import consolidation_workflow_id
     from tests.scripted_model import Delay, ScriptedModelServer
     from tests.test_capture_pipeline import capture_store, extraction, memory
 

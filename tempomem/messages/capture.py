@@ -1,4 +1,5 @@
-"""Inputs and outputs that cross Temporal: ids, counts, digests and flags only — never memory text.
+"""What crosses Temporal for one turn's capture and the sweep: workflow and activity names, ids, and the
+inputs and results — ids, counts, digests and flags only, never memory text.
 
 Shared by workflows (sandboxed) and activities, so this module imports nothing but the stdlib.
 """
@@ -22,6 +23,7 @@ REVIEW = "capture.review"
 RECONCILE = "capture.reconcile"
 SETTLE = "capture.settle"  # local activity: begin the attempt; settle a Lite or Journal turn in it
 INDEX_FLUSH = "index.flush"  # the group commit's remainder, at the end of a batch run
+RECORD_STATE = "backfill.record_state"  # a batch child's record on disk; registered on every worker
 # Signalled to a capture waiting for its turn to commit when the turn ahead of it stops being in flight.
 COMMIT_TURN_SIGNAL = "commit_turn"
 
