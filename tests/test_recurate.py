@@ -550,3 +550,37 @@ async def test_failed_dry_run_reports_a_category_and_leaves_no_scratch(
     assert tree_digest(store.root) == before
     assert not (store.root / RECURATE_DIR / "bad1.scratch").exists()
     assert not (store.root / RECURATE_DIR / "bad1.diff").exists()
+
+
+async def test_a_windowed_recurate_continues_as_new_with_its_cursor(
+    client: Client, tmp_path: Path, model
+) -> None:
+    """The rolling window BackfillWorkflow and RecurateWorkflow share (workflows.child_capture
+    capture_window, issue #18 item 3): with one turn per run, the windowed re-curation drains its window,
+    continues as new with the cursor and its counts, and re-admits each archived turn exactly once."""
+    from tempomem.messages.recurate import RecurateInput, RecurateProgress
+
+    store, before, derived = await _two_archived_turns(client, tmp_path, model, "can1")
+    model.push(*[echo_model] * 4)
+    async with running_worker(client, store):
+        handle = await client.start_workflow(
+            RECURATE_WORKFLOW,
+            RecurateInput(
+                store_id=store.store_id,
+                run_id="can1",
+                since=DAY1,
+                window=2,
+                batch_size=1,
+                continue_as_new_every=1,
+                first_delay_seconds=store.first_delay_seconds,
+            ),
+            id=recurate_workflow_id(store.store_id, "can1", dry_run=False),
+            task_queue=store.task_queue,
+            result_type=RecurateProgress,
+        )
+        final = await asyncio.wait_for(handle.result(), 120)
+    assert (final.turns, final.admitted, final.duplicates, final.dead) == (2, 2, 0, 0)
+    assert final.continue_as_new_runs == 1 and final.done  # after turn 1; turn 2 is the end of the range
+    assert final.resolved + final.pending == 2
+    assert {_state(store, d) for d in derived} <= {RecordState.RESOLVED, RecordState.PENDING}
+    assert daily_bytes(store.root) == before  # unchanged facts: structural NOOPs, nothing written twice

@@ -11,17 +11,12 @@ last recorded event and admission is idempotent (a replayed line comes back ``du
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections import deque
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
-
-with workflow.unsafe.imports_passed_through():
-    from tempomem.workflows.child_capture import INDEX_GROUP_COMMIT, StoreLabels, capture_child, flush_index
 
 with workflow.unsafe.imports_passed_through():
     from tempomem.messages.backfill import (
@@ -34,6 +29,13 @@ with workflow.unsafe.imports_passed_through():
         AdmitBatchResult,
         BackfillInput,
         BackfillProgress,
+    )
+    from tempomem.workflows.child_capture import (
+        INDEX_GROUP_COMMIT,
+        StoreLabels,
+        capture_child,
+        capture_window,
+        flush_index,
     )
 
 # Admission is idempotent, so retries are safe; ~15 min of them rides out a full intake (capacity) or a
@@ -54,6 +56,9 @@ class BackfillWorkflow:
         self._write_mode = ""
         self._group_index = False
         self._store_id = ""
+        self._position = 0
+        self._byte_offset = 0
+        self._read_this_run = 0
 
     @workflow.query(name=PROGRESS_QUERY)
     def progress(self) -> BackfillProgress:
@@ -70,43 +75,40 @@ class BackfillWorkflow:
         # Versioned (issue #15 item 2): runs recorded before the group commit indexed every line alone.
         self._group_index = workflow.patched(INDEX_GROUP_COMMIT)
         self._store_id = inp.store_id
-        position, byte_offset = inp.position, inp.byte_offset
-        eof = False
-        read_this_run = 0
-        queue: deque[str] = deque()
-        running: list[asyncio.Task[None]] = []
+        self._position, self._byte_offset, self._read_this_run = inp.position, inp.byte_offset, 0
         self._report()
-        while True:
-            roll_over = (
-                read_this_run >= inp.continue_as_new_every or workflow.info().is_continue_as_new_suggested()
+
+        async def admit() -> tuple[list[str], bool]:
+            batch = await self._admit(
+                inp, self._position, self._byte_offset, inp.continue_as_new_every - self._read_this_run
             )
-            if not queue and not eof and not roll_over:
-                batch = await self._admit(
-                    inp, position, byte_offset, inp.continue_as_new_every - read_this_run
-                )
-                position, byte_offset, eof = batch.position, batch.byte_offset, batch.eof
-                read_this_run += batch.read
-                queue.extend(batch.capture)
-                self._count(batch)
-            while queue and len(running) < inp.window:
-                running.append(asyncio.create_task(self._capture(inp, queue.popleft())))
-            p.in_flight = len(running)
+            self._position, self._byte_offset = batch.position, batch.byte_offset
+            self._read_this_run += batch.read
+            self._count(batch)
+            return batch.capture, batch.eof
+
+        def in_flight(running: int) -> None:
+            p.in_flight = running
             self._report()
-            if running:
-                _, running = await workflow.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                continue
-            if queue:
-                continue
-            if eof:
-                break
-            if roll_over:
-                # The window is drained (no child outlives this run); carry counts and offsets over.
-                await self._flush()
-                p.continue_as_new_runs += 1
-                p.in_flight = 0
-                workflow.continue_as_new(
-                    dataclasses.replace(inp, position=position, byte_offset=byte_offset, progress=p)
-                )
+
+        eof = await capture_window(
+            window=inp.window,
+            admit=admit,
+            roll_over=lambda: (
+                self._read_this_run >= inp.continue_as_new_every
+                or workflow.info().is_continue_as_new_suggested()
+            ),
+            capture=lambda intake_id: self._capture(inp, intake_id),
+            report=in_flight,
+        )
+        if not eof:
+            # The window is drained (no child outlives this run); carry counts and offsets over.
+            await self._flush()
+            p.continue_as_new_runs += 1
+            p.in_flight = 0
+            workflow.continue_as_new(
+                dataclasses.replace(inp, position=self._position, byte_offset=self._byte_offset, progress=p)
+            )
         await self._flush()
         p.in_flight = 0
         p.done = True

@@ -8,6 +8,9 @@ inline code this replaces, so recorded histories replay unchanged.
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -96,6 +99,41 @@ async def capture_child(
         # sweeper. Either way the record on disk says what happened.
         state = await record_state(store_id, intake_id)
     return ChildCapture(state, outcome)
+
+
+async def capture_window(
+    *,
+    window: int,
+    admit: Callable[[], Awaitable[tuple[list[str], bool]]],
+    roll_over: Callable[[], bool],
+    capture: Callable[[str], Awaitable[None]],
+    report: Callable[[int], None],
+) -> bool:
+    """The rolling window of child captures a batch workflow runs: ``window`` in flight, started in
+    admission order; the next batch is admitted (``admit`` returns its pending intake ids and whether the
+    source is exhausted) once the last one's captures have all started. Returns True at the end of the
+    source, False when ``roll_over`` asked to continue as new: then the window is drained, so no child
+    outlives the run. ``report`` gets the captures in flight after each start."""
+    queue: deque[str] = deque()
+    running: list[asyncio.Task[None]] = []
+    eof = False
+    while True:
+        rolling = roll_over()
+        if not queue and not eof and not rolling:
+            pending, eof = await admit()
+            queue.extend(pending)
+        while queue and len(running) < window:
+            running.append(asyncio.create_task(capture(queue.popleft())))
+        report(len(running))
+        if running:
+            _, running = await workflow.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            continue
+        if queue:
+            continue
+        if eof:
+            return True
+        if rolling:
+            return False
 
 
 async def record_state(store_id: str, intake_id: str) -> str:

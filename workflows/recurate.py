@@ -20,17 +20,12 @@ and writes a unified diff of the canonical Markdown to ``<root>/.recurate/<run i
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections import deque
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
-
-with workflow.unsafe.imports_passed_through():
-    from tempomem.workflows.child_capture import StoreLabels, capture_child
 
 with workflow.unsafe.imports_passed_through():
     from tempomem.messages.recurate import (
@@ -45,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         RecurateInput,
         RecurateProgress,
     )
+    from tempomem.workflows.child_capture import StoreLabels, capture_child, capture_window
 # Versioned change (#15 item 1): the captures of one admitted batch run ``window`` at a time.
 RECURATE_WINDOW = "recurate-window-v1"
 
@@ -63,6 +59,8 @@ class RecurateWorkflow:
         self._p = RecurateProgress()
         self._tier = ""
         self._write_mode = ""
+        self._cursor = ("", "")
+        self._handled = 0
 
     @workflow.query(name=PROGRESS_QUERY)
     def progress(self) -> RecurateProgress:
@@ -128,35 +126,32 @@ class RecurateWorkflow:
     async def _run_windowed(self, inp: RecurateInput) -> RecurateProgress:
         """``inp.window`` captures in flight, started in admission order; the next batch is admitted as
         soon as the last one's captures have all started. Before continuing as new the window drains
-        (no child outlives its run), as in BackfillWorkflow."""
+        (no child outlives its run): ``child_capture.capture_window``, which BackfillWorkflow runs too."""
         p = self._p
-        cursor_at, cursor_id = inp.cursor_at, inp.cursor_id
-        handled, eof = 0, False
-        queue: deque[str] = deque()
-        running: list[asyncio.Task[None]] = []
-        while True:
-            roll_over = handled >= inp.continue_as_new_every or workflow.info().is_continue_as_new_suggested()
-            if not queue and not eof and not roll_over:
-                batch = await self._admit(inp, cursor_at, cursor_id)
-                cursor_at, cursor_id, eof = batch.cursor_at, batch.cursor_id, batch.eof
-                handled += batch.turns
-                queue.extend(batch.capture)
-            while queue and len(running) < inp.window:
-                running.append(asyncio.create_task(self._capture(inp, queue.popleft())))
-            self._report()
-            if running:
-                _, pending = await workflow.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                running = list(pending)
-                continue
-            if queue:
-                continue
-            if eof:
-                break
-            if roll_over:
-                p.continue_as_new_runs += 1
-                workflow.continue_as_new(
-                    dataclasses.replace(inp, cursor_at=cursor_at, cursor_id=cursor_id, progress=p)
-                )
+        self._cursor = (inp.cursor_at, inp.cursor_id)
+        self._handled = 0
+
+        async def admit() -> tuple[list[str], bool]:
+            batch = await self._admit(inp, *self._cursor)
+            self._cursor = (batch.cursor_at, batch.cursor_id)
+            self._handled += batch.turns
+            return batch.capture, batch.eof
+
+        eof = await capture_window(
+            window=inp.window,
+            admit=admit,
+            roll_over=lambda: (
+                self._handled >= inp.continue_as_new_every or workflow.info().is_continue_as_new_suggested()
+            ),
+            capture=lambda intake_id: self._capture(inp, intake_id),
+            report=lambda _running: self._report(),
+        )
+        if not eof:
+            p.continue_as_new_runs += 1
+            cursor_at, cursor_id = self._cursor
+            workflow.continue_as_new(
+                dataclasses.replace(inp, cursor_at=cursor_at, cursor_id=cursor_id, progress=p)
+            )
         p.done = True
         self._report()
         return p
