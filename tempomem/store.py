@@ -10,11 +10,13 @@ snapshot, and writers are serialised by the store's lock.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from tempomem.activities.context import StoreContext
 from tempomem.capture.settings import CaptureSettings
@@ -106,6 +108,28 @@ def capture_settings(
         only=tuple(capture.only) if capture and capture.only is not None else None,
         intent_lifecycle=bool(capture and capture.intent_lifecycle),
     )
+
+
+_S = TypeVar("_S")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def in_worker_thread(
+    method: Callable[Concatenate[_S, _P], _R],
+) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]]:
+    """The async form of a blocking method: the same arguments, run in a worker thread. Named after it:
+    ``recall_sync`` gives ``recall``, ``remember`` gives ``remember_async``."""
+
+    @functools.wraps(method)
+    async def run(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await asyncio.to_thread(method, self, *args, **kwargs)
+
+    name = method.__name__
+    run.__name__ = name.removesuffix("_sync") if name.endswith("_sync") else f"{name}_async"
+    run.__qualname__ = f"{method.__qualname__.rpartition('.')[0]}.{run.__name__}"
+    run.__doc__ = f"``{name}`` in a worker thread."
+    return run
 
 
 class MemoryStore:
@@ -349,28 +373,7 @@ class MemoryStore:
             turn_lookup=turn_lookup,
         )
 
-    async def recall(
-        self,
-        query: str | None = None,
-        *,
-        kind: str | None = None,
-        about: str | None = None,
-        limit: int = 8,
-        use_original_query: bool = False,
-        original_hits: Sequence[Hit] | None = None,
-        turn_lookup: AutoLookup | None = None,
-    ) -> RecallResult:
-        """``recall_sync`` in a worker thread."""
-        return await asyncio.to_thread(
-            self.recall_sync,
-            query,
-            kind=kind,
-            about=about,
-            limit=limit,
-            use_original_query=use_original_query,
-            original_hits=original_hits,
-            turn_lookup=turn_lookup,
-        )
+    recall = in_worker_thread(recall_sync)
 
     async def recall_with_outcome(self, query: str, *, limit: int = 8) -> RecallResult:
         """The reference's programmatic deliberate retrieval (REC-51): ``recall`` under its name. Works on
@@ -406,19 +409,7 @@ class MemoryStore:
             cursor=cursor,
         )
 
-    async def journal(
-        self,
-        from_date: str | None = None,
-        through_date: str | None = None,
-        *,
-        time_zone: str | None = None,
-        limit: int | None = None,
-        cursor: str | None = None,
-    ) -> JournalResult:
-        """``journal_sync`` in a worker thread."""
-        return await asyncio.to_thread(
-            self.journal_sync, from_date, through_date, time_zone=time_zone, limit=limit, cursor=cursor
-        )
+    journal = in_worker_thread(journal_sync)
 
     @property
     def session_receipts(self) -> SessionReceiptCache:
@@ -496,26 +487,7 @@ class MemoryStore:
         )
         return lookup
 
-    async def automatic_context(
-        self,
-        turn_text: str,
-        *,
-        verified_owner: bool,
-        surface: str = "web",
-        conversation_id: str | None = None,
-        owner_sender: str | None = None,
-        process_job_wake: bool = False,
-    ) -> AutoLookup:
-        """``automatic_context_sync`` in a worker thread."""
-        return await asyncio.to_thread(
-            self.automatic_context_sync,
-            turn_text,
-            verified_owner=verified_owner,
-            surface=surface,
-            conversation_id=conversation_id,
-            owner_sender=owner_sender,
-            process_job_wake=process_job_wake,
-        )
+    automatic_context = in_worker_thread(automatic_context_sync)
 
     def remember(
         self,
@@ -549,24 +521,7 @@ class MemoryStore:
             index=self.index,
         )
 
-    async def remember_async(
-        self,
-        text: str,
-        *,
-        conversation_id: str,
-        about: str | None = None,
-        supersedes: str | None = None,
-        replaceable: bool = False,
-    ) -> RememberResult:
-        """``remember`` in a worker thread."""
-        return await asyncio.to_thread(
-            self.remember,
-            text,
-            conversation_id=conversation_id,
-            about=about,
-            supersedes=supersedes,
-            replaceable=replaceable,
-        )
+    remember_async = in_worker_thread(remember)
 
     def rebuild(self, *, force: bool = False) -> RebuildReport:
         """A new index generation from canonical Markdown (``RebuildShrinkError`` when it would drop

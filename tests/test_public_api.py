@@ -438,3 +438,36 @@ async def test_REC01_recall_is_read_only(tmp_path: Path) -> None:
     store.search("spare key")
     assert memory_files() == before
     store.close()
+
+
+def test_the_async_forms_take_the_blocking_methods_arguments_and_run_off_the_loop() -> None:
+    """``recall``, ``journal``, ``automatic_context`` and ``remember_async`` are their blocking methods
+    run in a worker thread (``tempomem.store.in_worker_thread``): same signature, awaitable, own name."""
+    import asyncio
+    import inspect
+    import threading
+
+    from tempomem.store import in_worker_thread
+
+    class Probe:
+        def work_sync(self, a: int, *, b: int = 1) -> tuple[int, int, int]:
+            return threading.get_ident(), a, b
+
+        def save(self) -> str:
+            return "saved"
+
+        work = in_worker_thread(work_sync)
+        save_async = in_worker_thread(save)
+
+    ident, a, b = asyncio.run(Probe().work(2, b=3))
+    assert ident != threading.get_ident() and (a, b) == (2, 3)
+    assert asyncio.run(Probe().save_async()) == "saved"
+    assert (Probe.work.__name__, Probe.save_async.__name__) == ("work", "save_async")
+    for async_form, blocking in (
+        (MemoryStore.recall, MemoryStore.recall_sync),
+        (MemoryStore.journal, MemoryStore.journal_sync),
+        (MemoryStore.automatic_context, MemoryStore.automatic_context_sync),
+        (MemoryStore.remember_async, MemoryStore.remember),
+    ):
+        assert inspect.iscoroutinefunction(async_form)
+        assert inspect.signature(async_form) == inspect.signature(blocking)
