@@ -44,8 +44,9 @@ from tempomem.activities.context import StoreContext, utc_now
 from tempomem.activities.heartbeat import run_blocking
 from tempomem.messages.backfill import ADMIT_BATCH, AdmitBatchInput, AdmitBatchResult, BackfillSource, BadLine
 from tempomem.messages.capture import RECORD_STATE, RecordRef
-from tempomem.storage.intake import (
-    Intake,
+from tempomem.storage.admission import admit_turn as admit_turn_once
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import (
     IntakeCapacityError,
     IntakeConflictError,
     IntakeCorruptError,
@@ -53,7 +54,6 @@ from tempomem.storage.intake import (
     RecordState,
     UnknownRecordError,
 )
-from tempomem.storage.intake import admit_turn as admit_turn_once
 from tempomem.storage.limits import MIB
 from tempomem.storage.turn import AdmissionStatus, CompletedTurn
 

@@ -31,7 +31,7 @@ from tempomem.capture.plan import (
 )
 from tempomem.capture.settings import CaptureSettings
 from tempomem.messages.capture import EXTRACT, RECONCILE, REVIEW, CurationInput, StageResult
-from tempomem.storage.intake import FailureCategory, IntakeError, IntakePayload, parse_instant
+from tempomem.storage.intake_records import FailureCategory, IntakeError, IntakePayload, parse_instant
 
 log = logging.getLogger("tempomem.capture")
 

@@ -22,7 +22,7 @@ from tempomem.messages.capture import (
     RecordRef,
     capture_workflow_id,
 )
-from tempomem.storage.intake import FailureCategory, RecordState, UnknownRecordError
+from tempomem.storage.intake_records import FailureCategory, RecordState, UnknownRecordError
 from tempomem.storage.intake_tidy import quarantine_if_corrupt
 
 log = logging.getLogger("tempomem.capture")

@@ -12,7 +12,7 @@ from tempomem.activities.context import StoreContext
 from tempomem.activities.heartbeat import run_blocking
 from tempomem.messages.capture import INDEX_FLUSH, PROJECT, ProjectionResult, RecordRef
 from tempomem.storage.fsio import UnsafePathError, exclusive_lock
-from tempomem.storage.intake import FailureCategory, IntakeError
+from tempomem.storage.intake_records import FailureCategory, IntakeError
 from tempomem.storage.projection import project
 from tempomem.storage.store_ref import STORE_LOCK
 

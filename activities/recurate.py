@@ -29,7 +29,7 @@ from tempomem.messages.recurate import (
 )
 from tempomem.storage import replay_sidecar
 from tempomem.storage.fsio import atomic_write, ensure_private_dir, exclusive_lock
-from tempomem.storage.intake import (
+from tempomem.storage.intake_records import (
     IntakeError,
     IntakePayload,
     RecordState,

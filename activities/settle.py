@@ -26,7 +26,7 @@ from tempomem.activities.heartbeat import run_blocking
 from tempomem.activities.intake_ops import IntakeActivities
 from tempomem.activities.projection import ProjectionActivities
 from tempomem.messages.capture import SETTLE, AttemptInfo, RecordRef, SettleInput
-from tempomem.storage.intake import FailureCategory
+from tempomem.storage.intake_records import FailureCategory
 from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, SHUTDOWN_DRAIN_SECONDS
 
 T = TypeVar("T")

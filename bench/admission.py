@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from tempomem.storage.fsio import atomic_write, ensure_private_dir
-from tempomem.storage.intake import Intake, build_payload, canonical_json
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import build_payload, canonical_json
 from tempomem.storage.limits import MAX_ACTIVE_RECORDS
 from tempomem.storage.turn import CompletedTurn
 

@@ -17,7 +17,8 @@ from tempomem.capture.commit import plan_edges
 from tempomem.capture.plan import RetainedPlan
 from tempomem.storage import replay_sidecar
 from tempomem.storage.fence import mark_rebuild_required
-from tempomem.storage.intake import Intake, RecordState
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import RecordState
 
 
 class AdoptionReport(BaseModel):

@@ -23,7 +23,7 @@ from tempomem.capture.plan import (
 )
 from tempomem.storage import graph, replay_sidecar
 from tempomem.storage.fsio import atomic_write, exclusive_lock
-from tempomem.storage.intake import FailureCategory, IntakePayload
+from tempomem.storage.intake_records import FailureCategory, IntakePayload
 from tempomem.storage.markdown import Bullet, append_bullets, iter_bullets, read_document, serialize_document
 from tempomem.storage.store_ref import STORE_LOCK
 

@@ -19,7 +19,7 @@ from tempomem.capture.contracts import ExtractionPlan, ReconcileDecision, Review
 from tempomem.storage.limits import ASSISTANT_SALIENCE_FLOOR
 
 if TYPE_CHECKING:
-    from tempomem.storage.intake import IntakePayload
+    from tempomem.storage.intake_records import IntakePayload
 
 PLAN_VERSION = 1
 Action = Literal["ADD", "UPDATE", "SUPERSEDE", "NOOP", "DROP"]

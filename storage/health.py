@@ -13,7 +13,8 @@ from pydantic import BaseModel
 
 from tempomem.storage import replay_sidecar
 from tempomem.storage.index_backlog import IndexBacklog
-from tempomem.storage.intake import Intake, IntakeError, RecordState
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import IntakeError, RecordState
 from tempomem.storage.intake_tidy import (
     check_record,
     foreign_files,

@@ -28,10 +28,6 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from tempomem.storage.admission_rules import (
-    WriteMode,
-    skip_reason,
-)
 from tempomem.storage.fsio import (
     UnsafePathError,
     atomic_write,
@@ -41,8 +37,6 @@ from tempomem.storage.fsio import (
     read_private_file,
 )
 from tempomem.storage.intake_records import (
-    RECORD_VERSION,
-    TRUNCATION_MARKER,
     FailureCategory,
     IntakeCapacityError,
     IntakeConflictError,
@@ -55,14 +49,10 @@ from tempomem.storage.intake_records import (
     RecordState,
     RecordView,
     RetainedPlanError,
-    Tier,
     UnknownRecordError,
-    build_payload,
     canonical_json,
     check_record_id,
-    fit_record,
     format_instant,
-    intake_id,
     is_record_name,
     parse_instant,
 )
@@ -73,74 +63,13 @@ from tempomem.storage.limits import (
     MAX_RESOLVED_RECEIPTS,
 )
 from tempomem.storage.store_ref import store_id
-from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 from tempomem.storage.turn_archive import TURN_ARCHIVE_DAYS_DEFAULT, TurnArchive
-
-# The record model lives in storage.intake_records; its names stay importable from here.
-__all__ = [
-    "IMPORTED_NAME",
-    "INTAKE_DIR",
-    "REASON_SLUG",
-    "RECORD_VERSION",
-    "TRUNCATION_MARKER",
-    "FailureCategory",
-    "Intake",
-    "IntakeCapacityError",
-    "IntakeConflictError",
-    "IntakeCorruptError",
-    "IntakeError",
-    "IntakeIntegrityError",
-    "IntakePayload",
-    "ProcessingState",
-    "Receipt",
-    "RecordState",
-    "RecordView",
-    "RetainedPlanError",
-    "Tier",
-    "UnknownRecordError",
-    "admit_turn",
-    "build_payload",
-    "canonical_json",
-    "check_record_id",
-    "fit_record",
-    "format_instant",
-    "intake_id",
-    "is_record_name",
-    "parse_instant",
-]
-
 
 INTAKE_DIR = ".capture-intake"
 IMPORTED_NAME = "imported-commitments.json"
 
 
 REASON_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")  # AMB-02
-
-
-def admit_turn(
-    intake: Intake,
-    turn: CompletedTurn,
-    *,
-    tier: Tier,
-    write_mode: WriteMode,
-    capture_cron: bool | None = None,
-    capture_webhook: bool | None = None,
-) -> AdmissionResult:
-    """The whole admission of one turn, without any workflow start: skip rules → payload → ``admit``.
-
-    Shared by ``MemoryStore.persist_completed_turn`` and the backfill activity, so both admit the same
-    bytes. Everything that can reject the turn runs before the one durable write; ``admit`` itself
-    changes nothing when it raises (conflict, capacity, corruption).
-    """
-    reason = skip_reason(
-        turn, write_mode=write_mode, capture_cron=capture_cron, capture_webhook=capture_webhook
-    )
-    if reason is not None:
-        return AdmissionResult(status=AdmissionStatus.SKIPPED, skip_reason=reason)
-    payload = build_payload(turn, write_mode=write_mode, tier=tier)
-    outcome = intake.admit(payload)
-    status = AdmissionStatus.ADMITTED if outcome == "admitted" else AdmissionStatus.DUPLICATE
-    return AdmissionResult(status=status, intake_id=payload.id)
 
 
 class Intake:

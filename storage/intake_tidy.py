@@ -30,8 +30,8 @@ from tempomem.storage.fsio import (
     fsync_dir,
     read_private_file,
 )
-from tempomem.storage.intake import (
-    Intake,
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import (
     IntakePayload,
     ProcessingState,
     RecordState,

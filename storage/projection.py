@@ -13,7 +13,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from tempomem.storage.intake import IntakePayload
+from tempomem.storage.intake_records import IntakePayload
 from tempomem.storage.markdown import Bullet, append_bullets
 
 _WHITESPACE = re.compile(r"\s+")

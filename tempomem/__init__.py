@@ -101,7 +101,7 @@ if TYPE_CHECKING:  # static tools see the real names
     from tempomem.recall.journal import JournalError, JournalResult
     from tempomem.recall.search import Hit
     from tempomem.recall.tools import RecallInputError, RecallResult
-    from tempomem.storage.intake import (
+    from tempomem.storage.intake_records import (
         IntakeCapacityError,
         IntakeConflictError,
         IntakeCorruptError,

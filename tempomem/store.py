@@ -22,7 +22,9 @@ from tempomem.activities.context import StoreContext
 from tempomem.capture.settings import CaptureSettings
 from tempomem.config import TempomemConfig, secret
 from tempomem.messages.capture import capture_workflow_id
-from tempomem.storage.intake import Intake, RecordState, admit_turn
+from tempomem.storage.admission import admit_turn
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import RecordState
 from tempomem.storage.intake_snapshot import Sink, SnapshotPublisher
 from tempomem.storage.limits import AUTO_CONTEXT_MAX_BYTES
 from tempomem.storage.store_ref import is_path_named, store_id, task_queue_name
@@ -528,7 +530,7 @@ class MemoryStore:
         most memories, unless ``force``). ``RetainedPlanError`` into Lite or Journal while a BuJo capture
         plan is retained (INTAKE-35), checked before anything is written."""
         from tempomem.storage.fence import clear_rebuild_required
-        from tempomem.storage.intake import RetainedPlanError
+        from tempomem.storage.intake_records import RetainedPlanError
 
         self._check_open()
         if self.config.memory.mode != "bujo" and self.intake.base.exists():

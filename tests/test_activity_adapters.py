@@ -23,7 +23,8 @@ from tempomem.capture.plan import PlanDecision, PlanMemory, RetainedPlan, fact_i
 from tempomem.messages.capture import AttemptInfo, FailureInput, ProjectionResult, RecordRef
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage import replay_sidecar
-from tempomem.storage.intake import FailureCategory, RecordState, admit_turn
+from tempomem.storage.admission import admit_turn
+from tempomem.storage.intake_records import FailureCategory, RecordState
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.projection import project
 from tempomem.storage.turn import CompletedTurn
@@ -265,7 +266,7 @@ async def test_an_index_that_cannot_be_written_is_an_index_failure(tmp_path: Pat
 
 
 async def test_a_recuration_record_projects_nothing(tmp_path: Path) -> None:
-    from tempomem.storage.intake import build_payload
+    from tempomem.storage.intake_records import build_payload
 
     ctx = context(tmp_path / "mem", tier="bujo")
     turn = CompletedTurn(run_id="again", conversation_id="web:c1", final_answer="Ana moved.", admitted_at=T0)

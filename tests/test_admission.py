@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from tempomem.storage import intake as intake_module
+from tempomem.storage import intake_records
 from tempomem.storage.admission_rules import capture_parts, host_summary, is_no_op_answer, skip_reason
-from tempomem.storage.intake import (
-    Intake,
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import (
     IntakeCapacityError,
     IntakeConflictError,
     IntakeCorruptError,
@@ -92,7 +93,7 @@ def test_wm11_trigger_prompt_never_stored() -> None:
         trigger_kind="cron", speaker_kind="trigger", user_text=prompt, final_answer="Digest: 3 new items."
     )
     payload = build_payload(t, write_mode="capture", tier="bujo")
-    raw = intake_module.canonical_json(payload.model_dump()).decode()
+    raw = intake_records.canonical_json(payload.model_dump()).decode()
     assert "SECRET-TRIGGER-PROMPT" not in raw
     assert payload.source_label == "scheduled-task"  # WM-12
     assert (payload.capture_user_text, payload.capture_answer) == (None, "Digest: 3 new items.")
@@ -202,11 +203,11 @@ def test_amb12_intake07_capture_text_truncation_is_deterministic(tmp_path: Path)
     big = turn(capture_text="é" * (MAX_RECORD_BYTES // 2 + 1000))
     first = build_payload(big, write_mode="capture", tier="bujo")
     second = build_payload(big, write_mode="capture", tier="bujo")
-    data = intake_module.canonical_json(first.model_dump())
+    data = intake_records.canonical_json(first.model_dump())
     assert len(data) <= MAX_RECORD_BYTES
-    assert data == intake_module.canonical_json(second.model_dump())
+    assert data == intake_records.canonical_json(second.model_dump())
     assert first.capture_user_text is not None
-    assert first.capture_user_text.endswith(intake_module.TRUNCATION_MARKER)
+    assert first.capture_user_text.endswith(intake_records.TRUNCATION_MARKER)
     intake = Intake(tmp_path / "mem")
     assert intake.admit(first) == "admitted"
     assert intake.admit(second) == "duplicate"
@@ -231,12 +232,12 @@ def test_retry_state_lives_in_the_record(tmp_path: Path) -> None:
     intake.admit(payload)
     assert intake.begin_attempt(payload.id, now=T0).attempts == 1
     intake.record_failure(
-        payload.id, intake_module.FailureCategory.INDEX_ERROR, retry_in=timedelta(minutes=1), now=T0
+        payload.id, intake_records.FailureCategory.INDEX_ERROR, retry_in=timedelta(minutes=1), now=T0
     )
     view = intake.view(payload.id, now=T0)
     assert (view.attempts, view.due, view.failure_category) == (1, False, "index_error")
     assert intake.view(payload.id, now=T0 + timedelta(minutes=1)).due
-    intake.dead_letter(payload.id, intake_module.FailureCategory.INDEX_ERROR, now=T0)
+    intake.dead_letter(payload.id, intake_records.FailureCategory.INDEX_ERROR, now=T0)
     assert intake.view(payload.id, now=T0).state is RecordState.DEAD
     assert intake.counts(now=T0) == {"pending": 0, "due": 0, "dead": 1, "resolved": 0}
     # Dead records keep duplicate protection too.
@@ -274,7 +275,7 @@ def test_wm17_wm18_a_switched_off_trigger_writes_nothing_and_earlier_work_still_
 ) -> None:
     """WM-17: a cron turn skipped by its switch leaves no record and so no audit summary, while other turns
     are admitted as before. WM-18: a cron turn admitted while the switch was on stays due and drains."""
-    from tempomem.storage.intake import admit_turn
+    from tempomem.storage.admission import admit_turn
 
     intake = Intake(tmp_path / "mem")
     cron = {"trigger_kind": "cron", "speaker_kind": "trigger"}
@@ -314,7 +315,7 @@ async def test_a_failed_admission_is_a_typed_error_that_never_claims_the_turn_wa
     secret = "Okapi-5521 is the safe code"
     with pytest.raises(IntakeCapacityError) as refused:
         await store.persist_completed_turn(turn(run_id="run-7731", final_answer=secret, user_text=secret))
-    assert isinstance(refused.value, intake_module.IntakeError)
+    assert isinstance(refused.value, intake_records.IntakeError)
     assert "Okapi" not in str(refused.value) and "7731" not in str(refused.value)
     assert snapshot(tmp_path) == before
     assert (await store.persist_completed_turn(turn(run_id="kept"))).status == "duplicate"

@@ -36,7 +36,7 @@ from tempomem.backfill import (
     write_jsonl,
 )
 from tempomem.messages.backfill import PROGRESS_QUERY, SOURCE_FORMATS, BackfillProgress
-from tempomem.storage.intake import RecordState, intake_id
+from tempomem.storage.intake_records import RecordState, intake_id
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
 from tempomem.store import MemoryStore

@@ -21,7 +21,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from tempomem.messages.capture import CaptureOutcome
-from tempomem.storage.intake import RecordState
+from tempomem.storage.intake_records import RecordState
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import AdmissionResult, AdmissionStatus, CompletedTurn
 from tempomem.store import START_TIMEOUT_SECONDS

@@ -13,7 +13,7 @@ import pytest
 from temporalio.client import Client
 
 from tempomem.storage import graph, replay_sidecar
-from tempomem.storage.intake import RecordState
+from tempomem.storage.intake_records import RecordState
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
 from tests.conftest import make_store, running_worker

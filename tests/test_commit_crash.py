@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from tempomem.storage.intake import RecordState
+from tempomem.storage.intake_records import RecordState
 from tests.conftest import make_store, running_worker
 from tests.helpers.canonical import canonical_bytes
 from tests.scripted_model import ScriptedModelServer

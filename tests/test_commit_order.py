@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from tempomem.storage.commit_order import CommitOrder
-from tempomem.storage.intake import FailureCategory, Intake
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import FailureCategory
 from tests.test_intake_lifecycle import T0, admit
 from tests.test_intake_lifecycle import intake as intake  # the fixture
 

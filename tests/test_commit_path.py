@@ -37,9 +37,9 @@ from tempomem.messages.capture import CurationInput
 from tempomem.recall.embedding import LocalMiniLMEmbedder
 from tempomem.recall.index import MemoryIndex
 from tempomem.storage import replay_sidecar
+from tempomem.storage.admission import admit_turn
 from tempomem.storage.graph import load_graph
 from tempomem.storage.health import audit
-from tempomem.storage.intake import admit_turn
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn
 from tests.helpers.canonical import canonical_bytes

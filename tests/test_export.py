@@ -19,7 +19,8 @@ from tempomem.export import write as ex_write
 from tempomem.storage import graph as graph_store
 from tempomem.storage import replay_sidecar
 from tempomem.storage.fence import AgentRunningError, hold_fence
-from tempomem.storage.intake import Intake, build_payload
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import build_payload
 from tempomem.storage.markdown import Bullet, append_bullets, iter_bullets
 from tempomem.storage.replay_sidecar import Authority, Entry, entry_id
 from tempomem.storage.turn import CompletedTurn
@@ -477,7 +478,7 @@ def test_import_refuses_a_store_with_a_symlinked_canonical_file(tmp_path: Path) 
 # -- archived turns (re-curation's input) ------------------------------------------------------------------
 def _archive_turn(root: Path, run_id: str, text: str = "I moved to Porto in May") -> tuple[str, bytes]:
     """Archive a capture turn's payload as a successful resolve does; (relative path, bytes)."""
-    from tempomem.storage.intake import canonical_json
+    from tempomem.storage.intake_records import canonical_json
     from tempomem.storage.turn_archive import TurnArchive
 
     turn = CompletedTurn(

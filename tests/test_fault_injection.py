@@ -30,12 +30,15 @@ import pytest
 from tempomem.capture.plan import fact_id
 from tempomem.export import export_store, import_restore, is_canonical
 from tempomem.recall.index import MemoryIndex
+from tempomem.storage.admission import admit_turn
 from tempomem.storage.consolidation import consolidate
 from tempomem.storage.graph import load_graph
 from tempomem.storage.health import audit
-from tempomem.storage.intake import AdmissionStatus, Intake, RecordState, admit_turn, intake_id
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import RecordState, intake_id
 from tempomem.storage.intake_tidy import tidy
 from tempomem.storage.markdown import iter_bullets
+from tempomem.storage.turn import AdmissionStatus
 from tests.helpers.fault_child import (
     BUJO_TURN,
     admit_lite,

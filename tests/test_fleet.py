@@ -196,7 +196,8 @@ def test_cli_refuses_a_missing_stores_directory(tmp_path: Path) -> None:
 def test_health_reports_every_store_under_a_directory_and_the_totals(tmp_path: Path) -> None:
     """#16 item 4: `health --stores DIR` audits each store, lists what was skipped, sums the counts;
     content-free, and exit 1 while one store is unhealthy."""
-    from tempomem.storage.intake import FailureCategory, Intake, build_payload
+    from tempomem.storage.intake import Intake
+    from tempomem.storage.intake_records import FailureCategory, build_payload
     from tests.test_operator_cli import NOW
 
     stores = private_dir(tmp_path / "stores")
@@ -273,7 +274,8 @@ def test_inspect_reports_across_stores_and_the_store_selector_refuses_bad_names(
     """#16 item 4: `inspect --stores DIR` gives every store's counts and the totals, `inspect ID --stores
     DIR` finds the store holding a record, `--store NAME` picks one store for any store command; a name
     that is a path, a skipped store or a missing one is refused without creating anything. Content-free."""
-    from tempomem.storage.intake import Intake, build_payload
+    from tempomem.storage.intake import Intake
+    from tempomem.storage.intake_records import build_payload
 
     stores = private_dir(tmp_path / "stores")
     ids: dict[str, list[str]] = {}
@@ -444,7 +446,8 @@ async def test_a_killed_worker_process_leaves_every_store_curated_exactly_once(
     turn, nothing dead, nothing in another store, and each store's health is ok."""
 
     from tempomem.storage.health import audit
-    from tempomem.storage.intake import Intake, RecordState
+    from tempomem.storage.intake import Intake
+    from tempomem.storage.intake_records import RecordState
 
     stores = private_dir(tmp_path / "stores")
     config = fleet_config(stores)

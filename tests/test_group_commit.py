@@ -19,7 +19,7 @@ from tempomem.activities.projection import ProjectionActivities
 from tempomem.backfill import follow_backfill, start_backfill, write_jsonl
 from tempomem.messages.capture import INDEX_FLUSH, SETTLE, RecordRef, SweepInput, SweepResult
 from tempomem.recall.index import MemoryIndex
-from tempomem.storage.intake import RecordState, intake_id
+from tempomem.storage.intake_records import RecordState, intake_id
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 from tests.conftest import make_store
 from tests.test_backfill import backfill_worker, daily_ids, states, turns

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from tempomem.storage import replay_sidecar
+from tempomem.storage.admission import admit_turn
 from tempomem.storage.health import audit
-from tempomem.storage.intake import FailureCategory, Intake, RecordState, admit_turn
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import FailureCategory, RecordState
 from tempomem.storage.intake_tidy import list_quarantined, quarantine_if_corrupt, tidy
 from tempomem.storage.projection import project
 from tempomem.storage.turn import CompletedTurn
@@ -210,7 +212,7 @@ def test_quarantine_if_corrupt_moves_state_and_plan_with_the_record(intake: Inta
 def record_without_ledger_entry(intake: Intake, run_id: str) -> str:
     """What a SIGKILL between the record write and its ledger append leaves (INTAKE-22)."""
     from tempomem.storage.fsio import atomic_write
-    from tempomem.storage.intake import build_payload, canonical_json
+    from tempomem.storage.intake_records import build_payload, canonical_json
 
     turn = CompletedTurn(
         run_id=run_id, conversation_id="web:c", final_answer=f"Fact {run_id}.", admitted_at=T0
@@ -329,14 +331,14 @@ def test_sidecar_ends_checked_by_kind(intake: Intake) -> None:
 
 
 def same_shard_run_id(record: str) -> str:
-    from tempomem.storage.intake import intake_id
+    from tempomem.storage.intake_records import intake_id
 
     return next(f"s{i}" for i in range(100_000) if intake_id(f"s{i}")[:2] == record[:2])
 
 
 def unvouched_entry_beside(intake: Intake, record: str) -> None:
     """An uncatalogued ledger append in ``record``'s shard that no record or receipt vouches for."""
-    from tempomem.storage.intake import intake_id
+    from tempomem.storage.intake_records import intake_id
     from tempomem.storage.ledger import entry_bytes, shard_index
 
     other = intake_id(same_shard_run_id(record))
@@ -366,7 +368,5 @@ def test_a_record_or_receipt_whose_shard_fails_is_reported_by_id_and_nothing_is_
 
 def test_terminal_entries_need_only_their_line(intake: Intake) -> None:
     line(intake.root, "c-0001")
-    replay_sidecar.apply_delta(
-        intake.root, [edge("terminal", "c-0001", "forgotten", authority="migration")]
-    )
+    replay_sidecar.apply_delta(intake.root, [edge("terminal", "c-0001", "forgotten", authority="migration")])
     assert report(intake)[3] == []

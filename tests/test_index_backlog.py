@@ -15,7 +15,7 @@ from tempomem.recall.index import MemoryIndex
 from tempomem.storage.fsio import UnsafePathError
 from tempomem.storage.health import audit
 from tempomem.storage.index_backlog import IndexBacklog
-from tempomem.storage.intake import build_payload
+from tempomem.storage.intake_records import build_payload
 from tempomem.storage.limits import INDEX_GROUP_MAX_LINES
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.projection import project

@@ -12,19 +12,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from tempomem.storage.admission import admit_turn
 from tempomem.storage.health import audit
-from tempomem.storage.intake import (
-    AdmissionStatus,
-    Intake,
-    IntakeCorruptError,
-    RecordState,
-    admit_turn,
-)
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import IntakeCorruptError, RecordState
 from tempomem.storage.intake_tidy import check_record, list_quarantined, quarantine_if_corrupt, tidy
 from tempomem.storage.ledger import CATALOG_HEADER, CATALOG_SLOT
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.projection import project
-from tempomem.storage.turn import CompletedTurn, SkipReason
+from tempomem.storage.turn import AdmissionStatus, CompletedTurn, SkipReason
 
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 

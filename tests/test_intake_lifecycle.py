@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 from tempomem.storage import intake as intake_mod
-from tempomem.storage.intake import (
+from tempomem.storage.admission import admit_turn
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import (
     FailureCategory,
-    Intake,
     IntakeCorruptError,
     IntakeError,
     RecordState,
     RetainedPlanError,
     UnknownRecordError,
-    admit_turn,
     format_instant,
     intake_id,
     parse_instant,
@@ -403,7 +403,7 @@ def test_one_receipt_over_the_limit_prunes_exactly_one(
 
 
 def test_fit_record_leaves_a_small_record_as_it_is() -> None:
-    from tempomem.storage.intake import build_payload, fit_record
+    from tempomem.storage.intake_records import build_payload, fit_record
 
     turn = CompletedTurn(run_id="r", conversation_id="c", final_answer="short", admitted_at=T0)
     payload = build_payload(turn, write_mode="capture", tier="bujo")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tempomem.storage import intake as intake_module
-from tempomem.storage.intake import (
-    Intake,
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import (
     IntakeConflictError,
     IntakeCorruptError,
     IntakeIntegrityError,

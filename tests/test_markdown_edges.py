@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tempomem.recall.index import MemoryIndex, RebuildShrinkError
+from tempomem.storage.admission import admit_turn
 from tempomem.storage.health import audit
-from tempomem.storage.intake import AdmissionStatus, Intake, admit_turn
+from tempomem.storage.intake import Intake
 from tempomem.storage.markdown import damaged_bullets, iter_bullets, parse_document, serialize_document
 from tempomem.storage.projection import project
-from tempomem.storage.turn import CompletedTurn
+from tempomem.storage.turn import AdmissionStatus, CompletedTurn
 
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 HEAD = "# 2026-12-01\n\n"

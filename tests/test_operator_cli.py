@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from tempomem.storage.fence import hold_fence
-from tempomem.storage.intake import FailureCategory, Intake, ProcessingState, RecordState, build_payload
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import FailureCategory, ProcessingState, RecordState, build_payload
 from tempomem.storage.turn import CompletedTurn
 from tests.test_cli import tempomem, write_config
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tempomem.storage.intake import IntakePayload, build_payload
+from tempomem.storage.intake_records import IntakePayload, build_payload
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.projection import journal_identity, observation_id, project
 from tempomem.storage.turn import CompletedTurn

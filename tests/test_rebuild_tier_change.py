@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tempomem.storage.admission import admit_turn
 from tempomem.storage.fence import FENCE_FILE
-from tempomem.storage.intake import RetainedPlanError, admit_turn
+from tempomem.storage.intake_records import RetainedPlanError
 from tempomem.storage.turn import CompletedTurn
 from tests.conftest import make_store
 from tests.helpers.config_files import bujo_config_file
@@ -188,7 +189,7 @@ def test_INTAKE33_INTAKE34_a_bujo_rebuild_may_change_the_embedding_while_a_plan_
     retained: the new generation is built from canonical Markdown with the new identity, and the exact
     plan bytes stay with the still pending record until intake resolution."""
     from tempomem.recall.index import MemoryIndex
-    from tempomem.storage.intake import RecordState
+    from tempomem.storage.intake_records import RecordState
     from tempomem.storage.markdown import Bullet, append_bullets
     from tests.helpers.embed_server import EmbedServer
 

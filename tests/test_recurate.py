@@ -30,8 +30,8 @@ from tempomem.recurate import (
     start_recurate,
 )
 from tempomem.storage import replay_sidecar
-from tempomem.storage.intake import (
-    Intake,
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import (
     IntakePayload,
     RecordState,
     UnknownRecordError,

@@ -572,7 +572,7 @@ def test_CAP72_focus_and_only_never_touch_remember_or_the_host_audit(tmp_path: P
     writes, and an admitted turn's compact host summary still reaches audit/."""
     from datetime import UTC, datetime
 
-    from tempomem.storage.intake import admit_turn
+    from tempomem.storage.admission import admit_turn
     from tempomem.storage.projection import project
     from tempomem.storage.turn import CompletedTurn
     from tests.conftest import make_store

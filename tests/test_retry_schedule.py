@@ -12,7 +12,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tempomem import devserver
 from tempomem.messages.capture import CaptureOutcome
-from tempomem.storage.intake import RecordState
+from tempomem.storage.intake_records import RecordState
 from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
 from tempomem.storage.turn import CompletedTurn
 from tests.conftest import make_store, running_worker

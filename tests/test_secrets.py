@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tempomem.storage.admission import admit_turn
 from tempomem.storage.credentials import contains_credential
-from tempomem.storage.intake import Intake, admit_turn
+from tempomem.storage.intake import Intake
 from tempomem.storage.projection import project
 from tempomem.storage.secrets import MARKER, redact
 from tempomem.storage.turn import CompletedTurn

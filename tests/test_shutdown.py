@@ -14,7 +14,7 @@ import pytest
 from temporalio.client import Client
 
 from tempomem.recall.embedding import LocalMiniLMEmbedder
-from tempomem.storage.intake import RecordState
+from tempomem.storage.intake_records import RecordState
 from tempomem.storage.limits import SHUTDOWN_DRAIN_SECONDS
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from tempomem.storage.intake import RecordState
+from tempomem.storage.intake_records import RecordState
 from tempomem.storage.intake_snapshot import IntakeSnapshot
 from tempomem.storage.turn import AdmissionStatus, CompletedTurn
 from tempomem.store import MemoryStore
@@ -75,7 +75,9 @@ def test_publisher_counts_every_transition_and_reports_shutdown(tmp_path: Path) 
     file owner-only, sinks called in order, a failing sink logged and the next one still served."""
     import stat
 
-    from tempomem.storage.intake import FailureCategory, Intake, admit_turn
+    from tempomem.storage.admission import admit_turn
+    from tempomem.storage.intake import Intake
+    from tempomem.storage.intake_records import FailureCategory
     from tempomem.storage.intake_snapshot import SnapshotPublisher
 
     intake = Intake(tmp_path / "mem")
@@ -109,7 +111,8 @@ def test_publisher_counts_every_transition_and_reports_shutdown(tmp_path: Path) 
 
 
 def test_publisher_without_file_and_with_an_uncountable_intake(tmp_path: Path) -> None:
-    from tempomem.storage.intake import Intake, admit_turn
+    from tempomem.storage.admission import admit_turn
+    from tempomem.storage.intake import Intake
     from tempomem.storage.intake_snapshot import SnapshotPublisher
 
     intake = Intake(tmp_path / "mem")
@@ -145,7 +148,9 @@ def test_publisher_logs_only_exception_types_and_counts_each_publish(tmp_path: P
     import threading
     from datetime import timedelta
 
-    from tempomem.storage.intake import FailureCategory, Intake, admit_turn
+    from tempomem.storage.admission import admit_turn
+    from tempomem.storage.intake import Intake
+    from tempomem.storage.intake_records import FailureCategory
     from tempomem.storage.intake_snapshot import SnapshotPublisher
 
     def leaky_sink(_: IntakeSnapshot) -> None:

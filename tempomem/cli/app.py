@@ -20,7 +20,7 @@ from tempomem.cli.common import (
     StoreSelectorError,
     add_global_options,
 )
-from tempomem.storage.intake import IntakeError, UnknownRecordError
+from tempomem.storage.intake_records import IntakeError, UnknownRecordError
 
 GROUPS = (runtime, memory, maintenance, batch, archive)  # the order of `tempomem --help`
 
@@ -75,7 +75,7 @@ def expected_failures() -> list[Failure]:
     from tempomem.devserver import DevServerError
     from tempomem.fleet import FleetConfigError
     from tempomem.storage.fence import AgentRunningError, RebuildRequiredError
-    from tempomem.storage.intake import RetainedPlanError
+    from tempomem.storage.intake_records import RetainedPlanError
     from tempomem.storage.replay_sidecar import SidecarError
 
     def plain(exc: Any) -> str:

@@ -19,7 +19,7 @@ from tempomem.cli.common import (
     check_store_name,
     store_from_args,
 )
-from tempomem.storage.intake import IntakeError, RecordState
+from tempomem.storage.intake_records import IntakeError, RecordState
 
 if TYPE_CHECKING:
     from tempomem.fleet import StoreScan
@@ -111,7 +111,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_rebuild(args: argparse.Namespace) -> int:
     from tempomem.recall.index import RebuildShrinkError
     from tempomem.storage.fence import hold_fence
-    from tempomem.storage.intake import RetainedPlanError
+    from tempomem.storage.intake_records import RetainedPlanError
 
     store = store_from_args(args, must_exist=True)
     try:
@@ -209,7 +209,8 @@ def _scan(args: argparse.Namespace, *, only: str | None = None) -> StoreScan:
 def _inspect_stores(args: argparse.Namespace) -> int:
     """#16 item 4: the intake counts of every store under ``--stores`` and their totals; with an id,
     the store(s) holding that record. Content-free like ``inspect``: ids, states, counters."""
-    from tempomem.storage.intake import Intake, UnknownRecordError
+    from tempomem.storage.intake import Intake
+    from tempomem.storage.intake_records import UnknownRecordError
     from tempomem.storage.intake_tidy import list_quarantined
     from tempomem.storage.store_ref import read_store_id
 

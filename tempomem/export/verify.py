@@ -39,7 +39,7 @@ from tempomem.export.layout import (
 from tempomem.storage import graph as graph_store
 from tempomem.storage import replay_sidecar
 from tempomem.storage.fsio import ensure_private_dir
-from tempomem.storage.intake import IntakePayload, intake_id
+from tempomem.storage.intake_records import IntakePayload, intake_id
 
 
 @dataclass

@@ -36,7 +36,8 @@ from tempomem.export.layout import (
 )
 from tempomem.export.verify import verify_archive
 from tempomem.storage.fsio import UnsafePathError, fsync_dir
-from tempomem.storage.intake import INTAKE_DIR, Intake, IntakeError, RecordState
+from tempomem.storage.intake import INTAKE_DIR, Intake
+from tempomem.storage.intake_records import IntakeError, RecordState
 
 
 @dataclass(frozen=True)

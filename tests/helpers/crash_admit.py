@@ -13,7 +13,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tempomem.storage.intake import Intake, build_payload
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import build_payload
 from tempomem.storage.ledger import Ledger
 from tempomem.storage.turn import CompletedTurn
 

@@ -32,10 +32,12 @@ from tempomem.capture.settings import CaptureSettings
 from tempomem.export import export_store, import_restore
 from tempomem.messages.capture import CurationInput
 from tempomem.recall.index import MemoryIndex
+from tempomem.storage.admission import admit_turn
 from tempomem.storage.consolidation import consolidate
 from tempomem.storage.fsio import exclusive_lock
 from tempomem.storage.index_backlog import IndexBacklog
-from tempomem.storage.intake import FailureCategory, Intake, admit_turn
+from tempomem.storage.intake import Intake
+from tempomem.storage.intake_records import FailureCategory
 from tempomem.storage.intake_tidy import tidy
 from tempomem.storage.projection import project
 from tempomem.storage.store_ref import STORE_LOCK
