@@ -25,6 +25,21 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def foreign_owner(st: os.stat_result) -> str | None:
+    """``owned by uid N, not M`` when this process's user does not own the file; else None. Inspects
+    only, so a scan that must never write (``fleet``) and the checks before a write share it."""
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not {os.geteuid()}"
+    return None
+
+
+def wrong_mode(st: os.stat_result, expected: int) -> str | None:
+    """``mode 755, expected 700`` when the permission bits are not ``expected``; else None."""
+    if stat.S_IMODE(st.st_mode) != expected:
+        return f"mode {stat.S_IMODE(st.st_mode):o}, expected {expected:o}"
+    return None
+
+
 def ensure_private_dir(path: Path, *, strict: bool = False) -> Path:
     """Create ``path`` (and parents) as 0700 dirs; refuse symlinks and foreign owners.
 
@@ -44,11 +59,11 @@ def ensure_private_dir(path: Path, *, strict: bool = False) -> Path:
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"{path} is not a directory")
-    if st.st_uid != os.geteuid():
-        raise UnsafePathError(f"{path} is owned by uid {st.st_uid}, not {os.geteuid()}")
-    if stat.S_IMODE(st.st_mode) != DIR_MODE:
+    if owner := foreign_owner(st):
+        raise UnsafePathError(f"{path} is {owner}")
+    if mode := wrong_mode(st, DIR_MODE):
         if strict:
-            raise UnsafePathError(f"{path} has mode {stat.S_IMODE(st.st_mode):o}, expected 700")
+            raise UnsafePathError(f"{path} has {mode}")
         os.chmod(path, DIR_MODE)
     return path
 
@@ -93,12 +108,12 @@ def read_private_file(path: Path, *, max_bytes: int | None = None, strict: bool 
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafePathError(f"{path} is not a regular file")
-        if st.st_uid != os.geteuid():
-            raise UnsafePathError(f"{path} is owned by uid {st.st_uid}, not {os.geteuid()}")
+        if owner := foreign_owner(st):
+            raise UnsafePathError(f"{path} is {owner}")
         if strict and st.st_nlink != 1:
             raise UnsafePathError(f"{path} has {st.st_nlink} links")
-        if strict and stat.S_IMODE(st.st_mode) != FILE_MODE:
-            raise UnsafePathError(f"{path} has mode {stat.S_IMODE(st.st_mode):o}, expected 600")
+        if strict and (mode := wrong_mode(st, FILE_MODE)):
+            raise UnsafePathError(f"{path} has {mode}")
         if max_bytes is not None and st.st_size > max_bytes:
             raise UnsafePathError(f"{path} is {st.st_size} bytes, more than {max_bytes}")
         chunks = []

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from tempomem.storage.fsio import atomic_write, fsync_dir, read_private_file
+from tempomem.storage.fsio import atomic_write, foreign_owner, fsync_dir, read_private_file, wrong_mode
 from tempomem.storage.limits import CATALOG_SLOTS, DIR_MODE, FILE_MODE, LEDGER_ENTRY_BYTES, LEDGER_SHARDS
 
 SCHEMA_MARKER = ".capture-intake-schema"
@@ -263,18 +263,18 @@ def _check_file(st: os.stat_result, what: str) -> None:
         raise LedgerIntegrityError(f"{what} is a symlink")
     if not stat.S_ISREG(st.st_mode):
         raise LedgerIntegrityError(f"{what} is not a regular file")
-    if st.st_uid != os.geteuid():
-        raise LedgerIntegrityError(f"{what} is owned by uid {st.st_uid}, not {os.geteuid()}")
+    if owner := foreign_owner(st):
+        raise LedgerIntegrityError(f"{what} is {owner}")
     if st.st_nlink != 1:
         raise LedgerIntegrityError(f"{what} has {st.st_nlink} links")
-    if stat.S_IMODE(st.st_mode) != FILE_MODE:
-        raise LedgerIntegrityError(f"{what} has mode {stat.S_IMODE(st.st_mode):o}, expected 600")
+    if mode := wrong_mode(st, FILE_MODE):
+        raise LedgerIntegrityError(f"{what} has {mode}")
 
 
 def _check_dir(st: os.stat_result, what: str) -> None:
     if not stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
         raise LedgerIntegrityError(f"{what} is not a directory")
-    if st.st_uid != os.geteuid():
-        raise LedgerIntegrityError(f"{what} is owned by uid {st.st_uid}, not {os.geteuid()}")
-    if stat.S_IMODE(st.st_mode) != DIR_MODE:
-        raise LedgerIntegrityError(f"{what} has mode {stat.S_IMODE(st.st_mode):o}, expected 700")
+    if owner := foreign_owner(st):
+        raise LedgerIntegrityError(f"{what} is {owner}")
+    if mode := wrong_mode(st, DIR_MODE):
+        raise LedgerIntegrityError(f"{what} has {mode}")

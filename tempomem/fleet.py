@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tempomem.storage.fence import AgentRunningError, RebuildRequiredError, fence_is_held
-from tempomem.storage.fsio import UnsafePathError
+from tempomem.storage.fsio import UnsafePathError, foreign_owner, wrong_mode
 from tempomem.storage.limits import DIR_MODE
 from tempomem.storage.store_ref import StoreIdError, looks_like_store
 
@@ -71,14 +71,6 @@ class StoreScan:
     skipped: list[SkippedStore]
 
 
-def _unsafe(path: Path, st: os.stat_result) -> str | None:
-    if st.st_uid != os.geteuid():
-        return f"owned by uid {st.st_uid}, not {os.geteuid()}"
-    if stat.S_IMODE(st.st_mode) != DIR_MODE:
-        return f"mode {stat.S_IMODE(st.st_mode):o}, expected 700"
-    return None
-
-
 def classify_store(path: Path) -> str | None:
     """None when ``path`` is a store a stores worker serves, else why it is skipped (content-free).
     Raises ``FileNotFoundError`` if nothing is there."""
@@ -87,7 +79,7 @@ def classify_store(path: Path) -> str | None:
         return "a symlink, not a store directory"
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
-    unsafe = _unsafe(path, st)
+    unsafe = foreign_owner(st) or wrong_mode(st, DIR_MODE)
     if unsafe is not None:
         return f"wrong permissions: {unsafe}"
     try:

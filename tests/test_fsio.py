@@ -245,3 +245,20 @@ def test_a_store_is_path_named_only_while_its_id_is_its_path_hash(tmp_path: Path
     assert is_path_named(root, path_store_id(root)) is True
     assert is_path_named(root, store_id(root)) is (store_id(root) == path_store_id(root))
     assert is_path_named(root, "0" * 16) is False
+
+
+def test_the_owner_and_mode_checks_only_inspect(tmp_path: Path) -> None:
+    """fsio.foreign_owner and fsio.wrong_mode: the checks ensure_private_dir, read_private_file, the ledger
+    and the fleet's scan share; they name what is wrong and change nothing."""
+    from tempomem.storage.fsio import foreign_owner, wrong_mode
+
+    d = tmp_path / "d"
+    d.mkdir(mode=0o755)
+    d.chmod(0o755)
+    st = os.lstat(d)
+    assert foreign_owner(st) is None
+    assert wrong_mode(st, 0o700) == "mode 755, expected 700"
+    assert wrong_mode(st, 0o755) is None
+    assert stat.S_IMODE(os.lstat(d).st_mode) == 0o755  # nothing tightened
+    with pytest.raises(UnsafePathError, match=r"has mode 755, expected 700$"):
+        ensure_private_dir(d, strict=True)

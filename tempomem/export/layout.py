@@ -3,7 +3,6 @@ files under a memory root are canonical (day files, graph, replay sidecar, archi
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import os
 import re
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from tempomem.storage import graph as graph_store
 from tempomem.storage import replay_sidecar
 from tempomem.storage.fsio import UnsafePathError
+from tempomem.storage.markdown import is_day
 from tempomem.storage.turn_archive import ARCHIVE_DIR
 
 FORMAT = "tempomem-export"
@@ -60,14 +60,6 @@ class ImportRecoveryError(ArchiveError):
 
 
 # -- canonical file set ------------------------------------------------------------------------------------
-def _is_day(day: str) -> bool:
-    try:
-        dt.date.fromisoformat(day)
-    except ValueError:
-        return False
-    return True
-
-
 def is_canonical(rel: str) -> bool:
     """Whether ``rel`` (a POSIX path relative to the root) names a file the archive carries: a canonical
     file, or an archived turn (kept with them so a restored store can still be re-curated)."""
@@ -75,9 +67,9 @@ def is_canonical(rel: str) -> bool:
         return True
     match = _DAY_FILE.fullmatch(rel)
     if match is not None:
-        return _is_day(match[2])
+        return is_day(match[2])
     turn = ARCHIVED_TURN.fullmatch(rel)
-    return turn is not None and _is_day(turn[1])
+    return turn is not None and is_day(turn[1])
 
 
 def is_archived_turn(rel: str) -> bool:
