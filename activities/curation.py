@@ -31,7 +31,8 @@ from tempomem.capture.plan import (
 )
 from tempomem.capture.settings import CaptureSettings
 from tempomem.messages.capture import EXTRACT, RECONCILE, REVIEW, CurationInput, StageResult
-from tempomem.storage.intake_records import FailureCategory, IntakeError, IntakePayload, parse_instant
+from tempomem.storage.instants import parse_instant
+from tempomem.storage.intake_records import FailureCategory, IntakeError, IntakePayload
 
 log = logging.getLogger("tempomem.capture")
 

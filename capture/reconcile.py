@@ -25,7 +25,8 @@ from tempomem.capture.plan import (
     is_owner_turn,
     passes_only,
 )
-from tempomem.storage.intake_records import IntakePayload, parse_instant
+from tempomem.storage.instants import parse_instant
+from tempomem.storage.intake_records import IntakePayload
 from tempomem.storage.limits import SAME_ENTITY_LINES, SEMANTIC_EVIDENCE_COSINE
 
 if TYPE_CHECKING:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tempomem.recall.shaping import cut_utf8
 from tempomem.storage.credentials import unsafe_characters
+from tempomem.storage.instants import format_instant
 from tempomem.storage.limits import KIB, MIB
 from tempomem.storage.markdown import Bullet, read_document
 from tempomem.storage.replay_sidecar import ended_ids
@@ -105,10 +106,6 @@ class JournalRange(BaseModel):
     end: str  # exclusive UTC instant (half-open interval, JRN-05)
 
 
-def _utc_text(instant: datetime) -> str:
-    return instant.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _local_midnight_utc(day: date, zone: ZoneInfo) -> datetime:
     # zoneinfo maps a wall time inside a DST gap with the pre-transition offset, which lands exactly on
     # the first instant that exists on that civil date, so a day starting at 01:00 still starts right.
@@ -132,8 +129,8 @@ def resolve_range(
         from_date=first.isoformat(),
         through_date=last.isoformat(),
         time_zone=str(time_zone),
-        start=_utc_text(start),
-        end=_utc_text(end),
+        start=format_instant(start),
+        end=format_instant(end),
     )
     return rng, start, end
 
@@ -191,7 +188,7 @@ def make_entry(day: str, bullet: Bullet, *, superseded: bool = False) -> Journal
     return JournalEntry(
         id=bullet.id if _ID_RE.fullmatch(bullet.id) else UNSAFE_ID_MARKER,
         text=text,
-        recorded_at=_utc_text(entry_instant(day, bullet)),
+        recorded_at=format_instant(entry_instant(day, bullet)),
         source=f"{DAILY_FOLDER}/{day}.md",
         type=bullet.type,
         status=bullet.status,

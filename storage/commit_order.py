@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from tempomem.storage.instants import parse_instant
 from tempomem.storage.intake import Intake
-from tempomem.storage.intake_records import IntakeError, RecordState, parse_instant
+from tempomem.storage.intake_records import IntakeError, RecordState
 
 
 class CommitOrder:

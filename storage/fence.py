@@ -4,13 +4,11 @@ store's worker. Operator commands that need a stopped agent try it without block
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from tempomem.storage.fsio import atomic_write, ensure_private_dir, fsync_dir
-from tempomem.storage.limits import FILE_MODE
+from tempomem.storage.fsio import atomic_write, ensure_private_dir, exclusive_lock, fsync_dir
 
 FENCE_FILE = ".agent.lock"
 
@@ -23,20 +21,15 @@ class AgentRunningError(Exception):
 def hold_fence(root: Path, *, what: str = "operator command") -> Iterator[None]:
     """Hold the fence for the block, or raise ``AgentRunningError`` at once if someone else holds it."""
     ensure_private_dir(Path(root))
-    fd = os.open(Path(root) / FENCE_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+    lock = contextlib.ExitStack()
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise AgentRunningError(
-                f"the agent or worker of {root} is running; stop it before this {what}"
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+        lock.enter_context(exclusive_lock(Path(root) / FENCE_FILE, blocking=False))
+    except BlockingIOError:
+        raise AgentRunningError(
+            f"the agent or worker of {root} is running; stop it before this {what}"
+        ) from None
+    with lock:
+        yield
 
 
 def fence_is_held(root: Path) -> bool:

@@ -36,6 +36,7 @@ from tempomem.storage.fsio import (
     fsync_dir,
     read_private_file,
 )
+from tempomem.storage.instants import format_instant, parse_instant
 from tempomem.storage.intake_records import (
     FailureCategory,
     IntakeCapacityError,
@@ -52,9 +53,7 @@ from tempomem.storage.intake_records import (
     UnknownRecordError,
     canonical_json,
     check_record_id,
-    format_instant,
     is_record_name,
-    parse_instant,
 )
 from tempomem.storage.ledger import Ledger, LedgerIntegrityError
 from tempomem.storage.limits import (

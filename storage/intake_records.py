@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -21,6 +20,7 @@ from tempomem.storage.admission_rules import (
     host_summary,
     source_label,
 )
+from tempomem.storage.instants import format_instant
 from tempomem.storage.limits import (
     MAX_RECORD_BYTES,
     RUN_ID_HASH_HEX_LEN,
@@ -171,16 +171,6 @@ class RecordView(BaseModel):
 def intake_id(run_id: str) -> str:
     """INTAKE-02: sha256 of the run id, 64 lowercase hex characters."""
     return hashlib.sha256(run_id.encode("utf-8")).hexdigest()
-
-
-def format_instant(value: datetime) -> str:
-    """UTC, millisecond precision, Z suffix: the one instant format on disk."""
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-
-
-def parse_instant(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
 
 
 def canonical_json(value: object) -> bytes:

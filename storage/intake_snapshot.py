@@ -15,8 +15,8 @@ from typing import Literal
 from pydantic import BaseModel
 
 from tempomem.storage.fsio import atomic_write
+from tempomem.storage.instants import format_instant
 from tempomem.storage.intake import Intake
-from tempomem.storage.intake_records import format_instant
 
 log = logging.getLogger("tempomem.snapshot")
 SNAPSHOT_FILE = "snapshot.json"

@@ -30,14 +30,9 @@ from tempomem.storage.fsio import (
     fsync_dir,
     read_private_file,
 )
+from tempomem.storage.instants import format_instant
 from tempomem.storage.intake import Intake
-from tempomem.storage.intake_records import (
-    IntakePayload,
-    ProcessingState,
-    RecordState,
-    canonical_json,
-    format_instant,
-)
+from tempomem.storage.intake_records import IntakePayload, ProcessingState, RecordState, canonical_json
 from tempomem.storage.limits import MAX_RECORD_BYTES
 
 QUARANTINE_DIR = "quarantine"

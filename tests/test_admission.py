@@ -311,11 +311,13 @@ async def test_a_failed_admission_is_a_typed_error_that_never_claims_the_turn_wa
     store = MemoryStore(make_config(tmp_path / "mem", mode="lite"))
     first = await store.persist_completed_turn(turn(run_id="kept"))
     assert first.status == "admitted"
+    assert store.publisher.flush()  # the runtime snapshot of the first admission is written now, not later
     before = snapshot(tmp_path)
     secret = "Okapi-5521 is the safe code"
     with pytest.raises(IntakeCapacityError) as refused:
         await store.persist_completed_turn(turn(run_id="run-7731", final_answer=secret, user_text=secret))
     assert isinstance(refused.value, intake_records.IntakeError)
     assert "Okapi" not in str(refused.value) and "7731" not in str(refused.value)
+    assert store.publisher.flush()
     assert snapshot(tmp_path) == before
     assert (await store.persist_completed_turn(turn(run_id="kept"))).status == "duplicate"

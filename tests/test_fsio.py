@@ -235,6 +235,10 @@ def test_the_liveness_fence_excludes_a_second_holder_and_names_what_waits(tmp_pa
         ):
             pass
     assert fence_is_held(root) is False
+    # Only a held fence is AgentRunningError: the same error raised by the work under it stays itself.
+    with pytest.raises(BlockingIOError), hold_fence(root):
+        raise BlockingIOError("from the work")
+    assert fence_is_held(root) is False
 
 
 def test_a_store_is_path_named_only_while_its_id_is_its_path_hash(tmp_path: Path) -> None:

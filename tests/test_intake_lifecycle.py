@@ -17,6 +17,7 @@ import pytest
 
 from tempomem.storage import intake as intake_mod
 from tempomem.storage.admission import admit_turn
+from tempomem.storage.instants import format_instant, parse_instant
 from tempomem.storage.intake import Intake
 from tempomem.storage.intake_records import (
     FailureCategory,
@@ -25,9 +26,7 @@ from tempomem.storage.intake_records import (
     RecordState,
     RetainedPlanError,
     UnknownRecordError,
-    format_instant,
     intake_id,
-    parse_instant,
 )
 from tempomem.storage.turn import CompletedTurn
 from tempomem.storage.turn_archive import TurnArchive

@@ -39,6 +39,7 @@ from tempomem.recall.index.schema import (
     sql_str,
 )
 from tempomem.storage.fsio import atomic_write, ensure_private_dir, exclusive_lock, read_private_file
+from tempomem.storage.instants import format_instant
 from tempomem.storage.limits import FILE_MODE
 
 
@@ -291,7 +292,7 @@ class IndexAccess:
             "embedding_key": key,
             "source_digest": digest,
             "rows": rows,
-            "written_at": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "written_at": format_instant(datetime.now(UTC)),
         }
         if vectors_version is not None:
             # Written after every change of the vector table, so readers can trust an unchanged manifest

@@ -36,6 +36,7 @@ from tempomem.export.layout import (
 )
 from tempomem.export.verify import verify_archive
 from tempomem.storage.fsio import UnsafePathError, fsync_dir
+from tempomem.storage.instants import format_instant
 from tempomem.storage.intake import INTAKE_DIR, Intake
 from tempomem.storage.intake_records import IntakeError, RecordState
 
@@ -169,7 +170,7 @@ def export_store(
         manifest = Manifest(
             format=FORMAT,
             version=FORMAT_VERSION,
-            created_at=now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+            created_at=format_instant(now),
             passes=passes,
             files=tuple(ManifestEntry(path=p, sha256=d, size=s) for p, (d, s) in sorted(digests.items())),
         )
