@@ -15,7 +15,6 @@ import dataclasses
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -33,19 +32,13 @@ with workflow.unsafe.imports_passed_through():
     from tempomem.workflows.child_capture import (
         INDEX_GROUP_COMMIT,
         StoreLabels,
+        admit_retry,
         capture_child,
         capture_window,
         flush_index,
     )
 
-# Admission is idempotent, so retries are safe; ~15 min of them rides out a full intake (capacity) or a
-# restarting worker, then the backfill fails visibly (re-running the command resumes it).
-_ADMIT_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(minutes=1),
-    maximum_attempts=20,
-    non_retryable_error_types=["source_changed", "source_invalid", "storage_error", "wrong_store"],
-)
+_ADMIT_RETRY = admit_retry("source_changed", "source_invalid", "storage_error", "wrong_store")
 
 
 @workflow.defn(name=BACKFILL_WORKFLOW)

@@ -101,6 +101,18 @@ async def capture_child(
     return ChildCapture(state, outcome)
 
 
+def admit_retry(*non_retryable: str) -> RetryPolicy:
+    """A batch workflow's admission activity: admission is idempotent, so retries are safe; about 15 min
+    of them ride out a full intake (capacity) or a restarting worker, then the run fails visibly
+    (starting it again resumes it). ``non_retryable``: the error types no retry can fix."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(minutes=1),
+        maximum_attempts=20,
+        non_retryable_error_types=list(non_retryable),
+    )
+
+
 async def capture_window(
     *,
     window: int,

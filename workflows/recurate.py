@@ -40,17 +40,12 @@ with workflow.unsafe.imports_passed_through():
         RecurateInput,
         RecurateProgress,
     )
-    from tempomem.workflows.child_capture import StoreLabels, capture_child, capture_window
+    from tempomem.workflows.child_capture import StoreLabels, admit_retry, capture_child, capture_window
 # Versioned change (#15 item 1): the captures of one admitted batch run ``window`` at a time.
 RECURATE_WINDOW = "recurate-window-v1"
 
 
-_ADMIT_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(minutes=1),
-    maximum_attempts=20,
-    non_retryable_error_types=["not_capture_store", "archive_error", "bad_request", "WrongStoreError"],
-)
+_ADMIT_RETRY = admit_retry("not_capture_store", "archive_error", "bad_request", "WrongStoreError")
 
 
 @workflow.defn(name=RECURATE_WORKFLOW)
