@@ -405,3 +405,22 @@ async def test_graph07_graph16_each_fact_links_its_own_entities_and_a_speaker_ma
     g = load_graph(ctx.root)
     assert set(g.entities) == {ANA, LISBON}  # nobody for the speaker
     assert g.entities[LISBON].memories == (fact_id(record, 0),)
+
+
+async def test_INTENT21_a_retained_plan_finishes_its_admitted_proposals_with_the_switch_off(
+    tmp_path: Path, embedder
+) -> None:
+    """INTENT-21: a plan retained while ``capture.intentLifecycle`` was on keeps its admitted proposal after
+    the switch goes off (this store's capture settings have it off): the commit writes the planned state
+    and the end as decided, never reclassified retrospectively."""
+    ctx = context(tmp_path / "mem", embedder)
+    assert ctx.capture is not None and ctx.capture.intent_lifecycle is False
+    record = admit(ctx, "r1", 0)
+    proposal = PlanMemory(index=0, text="Renew the passport.", kind="fact", source="user", salience=0.9,
+                          entities=(), intent_state="planned", valid_to="2027-01-31")  # fmt: skip
+    plan = RetainedPlan(
+        memories=(proposal,), entities=(), relations=(), reviewed=True, decisions=(decide(0),)
+    )
+    await reconcile(ctx, record, plan)
+    line = lines(ctx.root)[fact_id(record, 0)]
+    assert (line.status, line.due) == ("scheduled", "2027-01-31")  # type: ignore[attr-defined]

@@ -201,3 +201,52 @@ def test_ids_are_run_derived_and_entities_stable() -> None:
     assert fact_id("a" * 64, 0) == fact_id("a" * 64, 0) != fact_id("a" * 64, 1)
     assert entity_id("person", "Zoë Ávila") == "person:zoe-avila"
     assert entity_id("organization", "ACME Corp.") == "org:acme-corp"
+
+
+@pytest.mark.parametrize(
+    ("speaker", "trigger", "user_text"),
+    [
+        ("trigger", "cron", False),  # an automated turn
+        ("unknown", "none", True),  # a direct caller that did not say who spoke
+        ("human-turn", "webhook", True),  # a person's words arriving through a webhook trigger
+        ("human-turn", "none", False),  # a human turn without the owner's text
+    ],
+)
+def test_CAP76_every_speaker_gate_follows_host_provenance_not_the_models_claim(
+    speaker: str, trigger: str, user_text: bool
+) -> None:
+    """CAP-76: the model claims the line is the user's own, a preference, about the user, and an intention
+    with an end. Unless the host verified an owner turn with the owner's text, every gate that depends on
+    who spoke says no: the line is the assistant's, keeps no preference or user-scoped label and no owner
+    fact, and proposes no intention (CAP-25, CAP-53, CAP-69, AMB-27, INTENT-09)."""
+    claim = mem(
+        "I will move to Porto by June.",
+        labels=[
+            {"kind": "preference", "scope": "agent", "key": "city:home", "value": "Porto"},
+            {"kind": "fact", "scope": "user:owner", "key": "owner:move", "value": "Porto"},
+        ],
+    )
+    claim |= {"intentState": "planned", "validTo": "2027-06-30"}
+    raw = json.dumps({"memories": [claim], "entities": [], "relations": []})
+
+    def planned(speaker: str, trigger: str, user_text: bool) -> PlanMemory:
+        plan = build_plan(
+            parse_extraction(raw, intent_lifecycle=True),
+            speaker_kind=speaker,
+            trigger_kind=trigger,
+            has_user_text=user_text,
+        )
+        return plan.memories[0]
+
+    owner = planned("human-turn", "none", True)  # the control: a verified owner turn keeps every claim
+    assert owner.source == "user" and (owner.intent_state, owner.valid_to) == ("planned", "2027-06-30")
+    assert {(lab.kind, lab.attribution) for lab in owner.labels} == {
+        ("preference", "owner"),
+        ("fact", "owner"),
+    }
+
+    other = planned(speaker, trigger, user_text)
+    assert other.source == "assistant"
+    assert (other.intent_state, other.valid_to) == (None, None)
+    assert [lab for lab in other.labels if lab.kind == "preference" or lab.scope.startswith("user:")] == []
+    assert all(lab.attribution != "owner" for lab in other.labels)
