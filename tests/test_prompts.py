@@ -201,3 +201,27 @@ def test_reconcile_prompt_maps_existing_memories_to_small_integers() -> None:
             existing=existing,
             admitted_at=ADMITTED,
         )
+
+
+def test_INTENT12_relative_ends_resolve_on_the_utc_calendar_of_the_admission_instant() -> None:
+    """INTENT-12: the model resolves relative ends against the admission instant, given on the UTC
+    calendar (an evening admission west of Greenwich is the next UTC day), keeps a stated zone, leaves an
+    uncertain end out; and an admission instant without a zone is refused rather than one invented."""
+    from datetime import timedelta, timezone
+
+    evening = datetime(2026, 9, 8, 23, 30, tzinfo=timezone(timedelta(hours=-5)))
+    msgs = extraction_messages(
+        admitted_at=evening,
+        user_text="I'll file it by tomorrow",
+        assistant_text="Noted.",
+        intent_lifecycle=True,
+    )
+    assert "Admission instant (UTC): 2026-09-09T04:30:00Z" in msgs[1]["content"]
+    system = msgs[0]["content"]
+    assert "resolved against the admission instant" in " ".join(system.split())
+    assert "with the stated zone's offset (or Z) when the user stated a zone" in " ".join(system.split())
+    assert 'If the end or its offset is uncertain, or the plan is undated, leave "validTo" out' in " ".join(
+        system.split()
+    )
+    with pytest.raises(ValueError, match="timezone-aware"):
+        extraction_messages(admitted_at=datetime(2026, 9, 8, 23, 30), user_text="x", assistant_text="y")
