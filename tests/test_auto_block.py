@@ -422,3 +422,38 @@ def test_HOST06_AUTO02_named_content_free_diagnostics() -> None:
     assert lexical.diagnostics() == [Diagnostic("memory_recall_lexical_only", "automatic")]
     for d in [*found.diagnostics(), *broken.diagnostics()]:
         assert "ferry" not in repr(d) and "Lisbon" not in repr(d)
+
+
+def test_POL04_the_tool_query_of_a_turn_uses_the_stores_one_index_and_no_second_embedding(
+    tmp_path: Path,
+) -> None:
+    """POL-04: a turn's automatic lookup and the same MemoryRecall query share the store's one index
+    handle, and the query is embedded once (the real embedder, counted). A different query embeds again.
+    (The MCP server serves the tools from this same store and the worker's config file: there is no
+    separate MCP configuration to maintain.)"""
+    from tempomem.store import MemoryStore
+    from tests.conftest import make_config
+
+    store = MemoryStore(make_config(tmp_path / "mem", mode="journal"))
+    store.remember("The ferry to Vigo leaves at nine.", conversation_id="web:t1")
+    embedder = store.embedder
+    assert embedder is not None
+    embedded: list[int] = []
+    real_embed = embedder.embed
+
+    def counted(texts):  # the real embedder, counting its calls
+        embedded.append(len(texts))
+        return real_embed(texts)
+
+    embedder.embed = counted  # type: ignore[method-assign]
+    index = store.index
+    lookup = store.automatic_context_sync(
+        "When does the ferry to Vigo leave?", verified_owner=True, conversation_id="web:t1"
+    )
+    assert embedded == [1] and lookup.hits
+    result = store.recall_sync("when does the ferry to vigo leave?", turn_lookup=lookup)
+    assert embedded == [1] and [h.id for h in result.hits] == [h.id for h in lookup.hits]
+    assert store.index is index  # no second handle
+    store.recall_sync("ferry price", turn_lookup=lookup)
+    assert embedded == [1, 1]
+    store.close()
