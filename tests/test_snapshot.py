@@ -195,3 +195,53 @@ def test_publisher_logs_only_exception_types_and_counts_each_publish(tmp_path: P
         "snapshot not computed (NotADirectoryError)",
     }
     assert "Marten" not in caplog.text
+
+
+def test_INTAKE29_the_intake_and_both_downstream_paths_are_bounded_and_observable(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """INTAKE-29: one intake feeds projection (a Lite summary) and curation (a BuJo capture turn). Both
+    are bounded by the same active-record capacity (LIM-05, shrunk here to 2) and the same 16-attempt
+    budget (LIM-01), and both are observable in the content-free snapshot (INTAKE-30)."""
+    import pytest
+
+    from tempomem.storage import intake as intake_module
+    from tempomem.storage.admission import admit_turn
+    from tempomem.storage.intake import Intake
+    from tempomem.storage.intake_records import FailureCategory, IntakeCapacityError
+    from tempomem.storage.intake_snapshot import SnapshotPublisher
+    from tempomem.storage.limits import RETRY_MAX_ATTEMPTS, retry_delay_seconds
+
+    monkeypatch.setattr(intake_module, "MAX_ACTIVE_RECORDS", 2)
+    intake = Intake(tmp_path / "mem")
+    seen: list[IntakeSnapshot] = []
+    publisher = SnapshotPublisher(intake, [seen.append], write_file=False)
+    try:
+        summary = admit_turn(intake, turn("projection"), tier="lite", write_mode="append-host-summary")
+        capture = admit_turn(
+            intake,
+            CompletedTurn(
+                run_id="curation", conversation_id="c", final_answer="Noted.", admitted_at=T0,
+                speaker_kind="human-turn", user_text="I moved to Porto.",
+            ),
+            tier="bujo",
+            write_mode="capture",
+        )  # fmt: skip
+        assert (summary.status, capture.status) == (AdmissionStatus.ADMITTED, AdmissionStatus.ADMITTED)
+        assert intake.load_payload(capture.intake_id).capture_user_text == "I moved to Porto."
+        for write_mode, tier in (("append-host-summary", "lite"), ("capture", "bujo")):
+            with pytest.raises(IntakeCapacityError):  # the bound holds whichever path a turn would take
+                admit_turn(intake, turn(f"over-{tier}"), tier=tier, write_mode=write_mode)
+        assert retry_delay_seconds(RETRY_MAX_ATTEMPTS) > 0
+        with pytest.raises(ValueError):  # no attempt after the budget, on either path
+            retry_delay_seconds(RETRY_MAX_ATTEMPTS + 1)
+        intake.begin_attempt(capture.intake_id, now=T0)
+        assert publisher.flush() and (seen[-1].pending, seen[-1].due, seen[-1].dead) == (2, 2, 0)
+        intake.resolve(summary.intake_id, outcome="success", now=T0)
+        intake.dead_letter(capture.intake_id, FailureCategory.LLM_ERROR, now=T0)
+        assert publisher.flush()
+        last = seen[-1]
+        assert (last.pending, last.dead, last.resolved) == (0, 1, 1)
+        assert "Porto" not in last.model_dump_json() and "Noted" not in last.model_dump_json()
+    finally:
+        publisher.close()
