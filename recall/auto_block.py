@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, tzinfo
 from typing import Literal
 
@@ -284,6 +284,13 @@ class AutoLookup:
     background: Background = NO_BACKGROUND  # GUIDE-06/07; empty unless the background switch is on
     profile: OwnerProfile = NO_PROFILE  # PROFILE-01..11; empty unless memory.profile.enabled
     query: str = ""  # the text this lookup searched ("" when no search ran or it failed): POL-03
+    # Ids Remember wrote during this turn (``MemoryStore.remember(turn_lookup=…)``): once any is here the
+    # lookup is stale, so neither useOriginalQuery (REM-21) nor the same-query reuse (REM-20) may use it.
+    written: list[str] = field(default_factory=list, compare=False)
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.written)
 
     @property
     def context_text(self) -> str:

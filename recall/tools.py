@@ -130,14 +130,17 @@ def memory_recall(
     ``graph`` switches on one-hop graph expansion (GRAPH-09, GRAPH-10, REC-37; also in original-query
     mode, REC-11) for BuJo hosts; ``None`` (the default, and always for Lite/Journal, GRAPH-11) leaves the
     output byte-identical. ``turn_lookup`` is the turn's automatic lookup: a tool query equal to it
-    after normalization reuses its fifty-hit superset instead of searching again (POL-03).
+    after normalization reuses its fifty-hit superset instead of searching again (POL-03), until a
+    Remember write of the turn makes it stale: then the query searches again and ``use_original_query``
+    is unavailable (REM-20, REM-21).
     ``recency`` (BuJo ``recall.recency``) reorders the qualifying delivered hits
     by recency, scores and membership unchanged (INTENT-31..36). Expansion never runs on
     lexical/degraded results (REC-42) and never adds a backend call; evidence notes still come from the
     direct superset (REC-39, REC-40).
     """
     _validate(query, use_original_query, kind, limit)
-    if use_original_query and original_hits is None:
+    stale = turn_lookup is not None and turn_lookup.stale  # a Remember write this turn (REM-20, REM-21)
+    if use_original_query and (original_hits is None or stale):
         raise RecallInputError("original_query_unavailable", "useOriginalQuery is not available here")
     limit = min(limit, RECALL_LIMIT_MAX)
     now = now or datetime.now(UTC)
@@ -145,7 +148,7 @@ def memory_recall(
 
     if use_original_query:
         hits: Sequence[Hit] = original_hits or []
-    elif turn_lookup is not None and query is not None and same_query(turn_lookup.query, query):
+    elif turn_lookup is not None and not stale and query is not None and same_query(turn_lookup.query, query):
         hits = turn_lookup.hits  # POL-03: one per-turn lookup for the same question
     else:
         assert query is not None

@@ -499,19 +499,22 @@ class MemoryStore:
         about: str | None = None,
         supersedes: str | None = None,
         replaceable: bool = False,
+        turn_lookup: AutoLookup | None = None,
     ) -> RememberResult:
         """REM-01/02: write one deliberate fact to daily/ and index it in the same critical section.
 
         Not a Temporal workflow: it must be recallable immediately. Raises ``RememberRejected`` (with a
         reason code, nothing written) for credentials, unsafe text, tier restrictions, unknown targets or
-        when ``memory.rememberTool.enabled`` is false (REM-03).
+        when ``memory.rememberTool.enabled`` is false (REM-03). ``turn_lookup``: the turn's automatic
+        lookup; a write that is not a duplicate makes it stale, so the turn's next recall searches again
+        and ``use_original_query`` is no longer offered (REM-20, REM-21).
         """
         from tempomem.storage.remember import RememberRejected, remember
 
         self._check_open()
         if not self.config.memory.remember_tool.enabled:
             raise RememberRejected("tool_disabled")
-        return remember(
+        result = remember(
             self.root,
             tier=self.config.memory.mode,
             text=text,
@@ -522,6 +525,9 @@ class MemoryStore:
             replaceable=replaceable,
             index=self.index,
         )
+        if turn_lookup is not None and result.status != "duplicate":
+            turn_lookup.written.append(result.id)
+        return result
 
     remember_async = in_worker_thread(remember)
 

@@ -457,3 +457,33 @@ def test_POL04_the_tool_query_of_a_turn_uses_the_stores_one_index_and_no_second_
     store.recall_sync("ferry price", turn_lookup=lookup)
     assert embedded == [1, 1]
     store.close()
+
+
+def test_REM20_REM21_a_remember_write_makes_the_turns_lookup_stale(tmp_path: Path) -> None:
+    """REM-21: after a nonduplicate Remember write in the turn, useOriginalQuery is no longer available
+    (REC-12's error); REM-20: the same question searches again and finds the new line instead of reusing
+    the turn's cached lookup. A duplicate write changes nothing, so the lookup stays usable."""
+    from tempomem.recall.tools import RecallInputError
+    from tempomem.store import MemoryStore
+    from tests.conftest import make_config
+
+    store = MemoryStore(make_config(tmp_path / "mem", mode="journal"))
+    first = store.remember("The ferry to Vigo leaves at nine.", conversation_id="web:t1")
+    question = "When does the ferry to Vigo leave?"
+    lookup = store.automatic_context_sync(question, verified_owner=True, conversation_id="web:t1")
+    original = store.recall_sync(use_original_query=True, original_hits=lookup.hits, turn_lookup=lookup)
+    assert [h.id for h in original.hits] == [first.id]
+
+    again = store.remember("The ferry to Vigo leaves at nine.", conversation_id="web:t1", turn_lookup=lookup)
+    assert again.status == "duplicate" and not lookup.stale
+    assert store.recall_sync(use_original_query=True, original_hits=lookup.hits, turn_lookup=lookup).hits
+
+    new = store.remember("The ferry to Vigo now leaves at ten.", conversation_id="web:t1", turn_lookup=lookup)
+    assert new.status == "written" and lookup.written == [new.id]
+    with pytest.raises(RecallInputError) as refused:
+        store.recall_sync(use_original_query=True, original_hits=lookup.hits, turn_lookup=lookup)
+    assert refused.value.code == "original_query_unavailable"
+    searched = store.recall_sync(question, turn_lookup=lookup)
+    assert new.id in {h.id for h in searched.hits}  # searched again: the cached lookup never had it
+    assert new.id not in {h.id for h in lookup.hits}
+    store.close()
