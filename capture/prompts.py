@@ -128,6 +128,8 @@ tool, a document, a scheduled task or a webhook says. Ordinary open facts are no
 - "validTo" is the inclusive end of the intention: a civil date YYYY-MM-DD resolved against the admission \
 instant, or YYYY-MM-DDT23:59:59.999 with the stated zone's offset (or Z) when the user stated a zone. If \
 the end or its offset is uncertain, or the plan is undated, leave "validTo" out.
+- The memory's own sentence states the intention and its state in the language of the turn, so it keeps \
+its meaning without the fields.
 """
 
 _EXTRACTION_TAIL = """

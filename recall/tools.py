@@ -81,6 +81,8 @@ def memory_recall_description(*, run_history_available: bool, journal_available:
         "unless the question is specifically about the owner. Weak or related hits alone are not answers: "
         "hits are evidence, not asserted answers.",
         "For the current or last message, use the current conversation history, not MemoryRecall.",
+        "A dated line left out as ended may have been ambiguous: an old date alone does not prove what it "
+        "meant, so review, remove or retype such sources before relying on what is current.",
     ]
     if journal_available:
         parts.append("A broad question about an explicit period belongs to MemoryJournal.")

@@ -151,7 +151,10 @@ _REMEMBER_COMMON = (
     "recallable immediately. Use it when the user asks you to remember something. Write one "
     "self-contained sentence: source, author, observation date and uncertainty belong in the sentence. "
     "Exact repeats are idempotent; recall and compare before writing a paraphrase. Text carrying a "
-    "credential is rejected and nothing is written."
+    "credential is rejected and nothing is written. Memory is written only through this tool and the "
+    "host's capture: never edit the memory directory, its Markdown, index rows, manifests, generations or "
+    "indexes with shell, filesystem or database tools (operators stop the agent and use the tempomem "
+    "maintenance commands to rebuild, audit or repair)."
 )
 REMEMBER_DESCRIPTION_BUJO = (
     _REMEMBER_COMMON + " Optional details: about links an existing person entity by id (it never creates a "

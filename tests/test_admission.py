@@ -321,3 +321,29 @@ async def test_a_failed_admission_is_a_typed_error_that_never_claims_the_turn_wa
     assert store.publisher.flush()
     assert snapshot(tmp_path) == before
     assert (await store.persist_completed_turn(turn(run_id="kept"))).status == "duplicate"
+
+
+async def test_WM19_the_write_mode_decides_turn_persistence_and_remember_is_the_deliberate_path(
+    tmp_path: Path,
+) -> None:
+    """WM-19: persistence is the host's to decide through configuration. With ``writeMode: "disabled"`` a
+    completed turn is not persisted at all (skipped, no intake record), while a deliberate Remember still
+    writes at once; with ``append-host-summary`` the same turn is admitted."""
+    from tempomem.storage.intake_records import RecordState
+    from tempomem.storage.markdown import iter_bullets
+    from tempomem.store import MemoryStore
+    from tests.conftest import make_config
+
+    off = MemoryStore(make_config(tmp_path / "off", mode="journal", writeMode="disabled"))
+    skipped = await off.persist_completed_turn(turn(run_id="w19"))
+    assert skipped.status == "skipped" and skipped.intake_id is None
+    assert off.intake.list_ids(RecordState.PENDING) == []
+    written = off.remember("The user's locker code changes monthly.", conversation_id="web:w19")
+    assert written.status == "written"
+    assert [b.id for _, b in iter_bullets(off.root, "daily")] == [written.id]
+    off.close()
+
+    on = MemoryStore(make_config(tmp_path / "on", mode="journal"))
+    admitted = await on.persist_completed_turn(turn(run_id="w19"))
+    assert admitted.status == "admitted" and on.intake.list_ids(RecordState.PENDING) == [admitted.intake_id]
+    on.close()

@@ -190,7 +190,8 @@ async def test_each_line_records_who_said_it_and_a_task_becomes_a_note(
 ) -> None:
     """CAP-63 and the attribution of a captured line: the owner only on a host-verified owner turn
     (a human turn that no trigger started); a document stays a document; everything else is the
-    assistant's word. An event keeps its own signifier."""
+    assistant's word. An event keeps its own signifier. INTENT-01: memory is not a second task list, so
+    a task the model extracted is written as a history note, never an open task."""
     ctx = context(tmp_path / "mem", embedder)
     record = admit(ctx, "r1", 0, speaker_kind=speaker_kind, trigger_kind=trigger_kind)
     label = PlanLabel(

@@ -326,3 +326,13 @@ def test_remember_description_is_tier_aware() -> None:
     assert "supersedes replaces" in remember_description("bujo")
     assert "text-only" in remember_description("lite")
     assert remember_description("journal") == remember_description("lite")
+
+
+def test_WM20_the_remember_description_forbids_editing_the_memory_directory() -> None:
+    """WM-20 [GUIDE]: the agent's write surface says memory is written only through Remember and the
+    host's capture, never by editing the memory directory with shell, filesystem or database tools."""
+    for tier in ("lite", "journal", "bujo"):
+        text = remember_description(tier)
+        assert "never edit the memory directory" in text
+        assert "shell, filesystem or database tools" in text
+        assert "operators stop the agent and use the tempomem maintenance commands" in text

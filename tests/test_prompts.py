@@ -44,6 +44,8 @@ INTENT_DIFF_GOLDEN = "".join(
         '+ - "validTo" is the inclusive end of the intention: a civil date YYYY-MM-DD resolved against the '
         "admission instant, or YYYY-MM-DDT23:59:59.999 with the stated zone's offset (or Z) when the user "
         'stated a zone. If the end or its offset is uncertain, or the plan is undated, leave "validTo" out.',
+        "+ - The memory's own sentence states the intention and its state in the language of the turn, so it "
+        "keeps its meaning without the fields.",
         "+ ",
     ]
 )
@@ -225,3 +227,64 @@ def test_INTENT12_relative_ends_resolve_on_the_utc_calendar_of_the_admission_ins
     )
     with pytest.raises(ValueError, match="timezone-aware"):
         extraction_messages(admitted_at=datetime(2026, 9, 8, 23, 30), user_text="x", assistant_text="y")
+
+
+def test_INTENT05_INTENT06_INTENT08_INTENT14_the_intention_rules_the_model_is_given() -> None:
+    """The model-side intention rules, stated only when ``capture.intentLifecycle`` is on: a proposal only
+    for the owner's own consequential intention (INTENT-05; the host guard that enforces it is
+    INTENT-09, CAP-76), the sentence itself carrying the intention and its state in the turn's language
+    (INTENT-06), no ordinary open fact as an intention (INTENT-08), and no end when its offset is uncertain
+    (INTENT-14; the contract refuses a last-millisecond end without an offset)."""
+    from tempomem.capture.contracts import ContractViolation, parse_extraction
+
+    on = " ".join(extraction_system_prompt(intent_lifecycle=True).split())
+    off = " ".join(extraction_system_prompt().split())
+    rules = [
+        "Only for a consequential intention the user states in their own turn",  # INTENT-05
+        "never for what the assistant, a tool, a document, a scheduled task or a webhook says",
+        "states the intention and its state in the language of the turn",  # INTENT-06
+        "Ordinary open facts are not intentions.",  # INTENT-08
+        'If the end or its offset is uncertain, or the plan is undated, leave "validTo" out.',  # INTENT-14
+    ]
+    for rule in rules:
+        assert rule in on and rule not in off
+    memory = {"text": "I will call Ana by Friday.", "kind": "note", "source": "user", "salience": 0.9}
+    memory |= {"entities": [], "intentState": "planned", "validTo": "2026-12-11T23:59:59.999"}
+    with pytest.raises(ContractViolation):  # a zoned end needs its offset (or Z)
+        parse_extraction(
+            json.dumps({"memories": [memory], "entities": [], "relations": []}), intent_lifecycle=True
+        )
+
+
+def test_GRAPH02_the_extraction_plan_carries_typed_entities_associations_and_directed_relations() -> None:
+    """GRAPH-02: the one bounded extraction plan names people, projects, organizations and concepts, links
+    each memory to exactly the entities it is about, and keeps each relation's direction (the contract
+    parses them as the model wrote them; the graph is built from them at commit, GRAPH-05..07)."""
+    from tempomem.capture.contracts import parse_extraction
+
+    prompt = " ".join(extraction_system_prompt().split())
+    assert '"type": "person" | "project" | "organization" | "concept" | "place" | "time"' in prompt
+    assert 'A memory\'s "entities" lists only the refs that this memory itself is about.' in prompt
+    assert '"relations": [{"from": ref, "to": ref, "relation": string}]' in prompt
+    plan = parse_extraction(
+        json.dumps(
+            {
+                "memories": [
+                    {"text": "Ana leads Atlas at Acme.", "kind": "fact", "source": "user", "salience": 0.9,
+                     "entities": ["ana", "atlas", "acme"]},
+                    {"text": "Atlas uses event sourcing.", "kind": "fact", "source": "user", "salience": 0.8,
+                     "entities": ["atlas", "event_sourcing"]},
+                ],
+                "entities": [
+                    {"ref": "ana", "name": "Ana", "type": "person"},
+                    {"ref": "atlas", "name": "Atlas", "type": "project"},
+                    {"ref": "acme", "name": "Acme", "type": "organization"},
+                    {"ref": "event_sourcing", "name": "Event sourcing", "type": "concept"},
+                ],
+                "relations": [{"from": "ana", "to": "atlas", "relation": "leads"}],
+            }
+        )
+    )  # fmt: skip
+    assert [m.entities for m in plan.memories] == [["ana", "atlas", "acme"], ["atlas", "event_sourcing"]]
+    assert {e.type for e in plan.entities} == {"person", "project", "organization", "concept"}
+    assert [(r.from_ref, r.to_ref, r.relation) for r in plan.relations] == [("ana", "atlas", "leads")]

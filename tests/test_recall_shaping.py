@@ -518,3 +518,12 @@ def test_GUIDE04_GUIDE05_tool_section_order_switch_and_about() -> None:
         memory_recall(FakeBackend(plain), query="x", now=NOW, tz=UTC).text
         == memory_recall(FakeBackend(plain), query="x", now=NOW, tz=UTC, guidance=False).text
     )
+
+
+def test_INTENT29_the_recall_description_says_an_old_date_alone_proves_nothing() -> None:
+    """INTENT-29 [GUIDE]: automatic exclusion of ended dated lines does not prove what an old date meant;
+    the model-facing description says to review, remove or retype ambiguous dated sources."""
+    for run_history, journal in ((True, True), (False, False)):
+        text = memory_recall_description(run_history_available=run_history, journal_available=journal)
+        assert "an old date alone does not prove what it meant" in text
+        assert "review, remove or retype such sources before relying on what is current" in text
