@@ -487,3 +487,52 @@ def test_REM20_REM21_a_remember_write_makes_the_turns_lookup_stale(tmp_path: Pat
     assert new.id in {h.id for h in searched.hits}  # searched again: the cached lookup never had it
     assert new.id not in {h.id for h in lookup.hits}
     store.close()
+
+
+def test_INTENT04_each_switch_rolls_back_on_its_own_and_no_switch_removes_a_line(tmp_path: Path) -> None:
+    """INTENT-04: on one BuJo store, turning the read switch (``recall.intentExpiry``) off lets an older
+    reading surface the dated and completed notes again; turning the capture switch
+    (``capture.intentLifecycle``) off alone keeps the reads as they were; and no switch changes a byte of
+    what is stored."""
+    from tempomem.storage.markdown import Bullet, append_bullets
+    from tempomem.store import MemoryStore
+    from tests.conftest import make_config
+
+    root = tmp_path / "mem"
+    day = "2026-06-01"
+    recorded = f"{day}T09:00:00.000Z"
+    append_bullets(
+        root / "daily" / f"{day}.md",
+        day,
+        [
+            Bullet(signifier="–", text="Book the ferry to Vigo by June.", id="i-dated", type="note",
+                   status="scheduled", recorded=recorded, due="2026-06-30", src="user", attr="owner"),
+            Bullet(signifier="–", text="Renewed the ferry pass to Vigo.", id="i-done", type="note",
+                   status="done", recorded=recorded, src="user", attr="owner"),
+            Bullet(signifier="–", text="The ferry to Vigo leaves at nine.", id="i-plain", type="fact",
+                   status="open", recorded=recorded, src="user", attr="owner"),
+        ],
+    )  # fmt: skip
+
+    def shown(*, lifecycle: bool, expiry: bool) -> set[str]:
+        store = MemoryStore(
+            make_config(
+                root, mode="bujo", capture={"intentLifecycle": lifecycle}, recall={"intentExpiry": expiry}
+            )
+        )
+        try:
+            if not (root / "index").exists():
+                store.rebuild()
+            lookup = store.automatic_context_sync(
+                "the ferry to Vigo", verified_owner=True, conversation_id="web:other"
+            )
+            return set(lookup.block.line_ids)
+        finally:
+            store.close()
+
+    stored = {p: p.read_bytes() for p in (root / "daily").iterdir()}
+    both = shown(lifecycle=True, expiry=True)
+    assert "i-plain" in both and not {"i-dated", "i-done"} & both
+    assert shown(lifecycle=False, expiry=True) == both  # the capture switch alone leaves the reads
+    assert {"i-dated", "i-done"} <= shown(lifecycle=True, expiry=False)  # the read switch rolls back
+    assert {p: p.read_bytes() for p in (root / "daily").iterdir()} == stored
