@@ -38,12 +38,13 @@ from temporalio.worker import Worker
 
 from tempomem.activities.backfill import load_locomo
 from tempomem.activities.context import StoreContext
-from tempomem.backfill import follow_backfill, start_backfill, write_jsonl
+from tempomem.backfill import follow_backfill, write_jsonl
 from tempomem.config import load_config_data
 from tempomem.devserver import temporal_cli
 from tempomem.messages import search_attributes
 from tempomem.messages.capture import SETTLE, AttemptInfo, SettleInput
 from tempomem.recall.index import MemoryIndex
+from tempomem.starts import start_backfill
 from tempomem.storage.markdown import iter_bullets
 from tempomem.store import MemoryStore
 from tempomem.worker import backfill_worker_extras, store_activities, workflow_runner

@@ -44,11 +44,12 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from bench.histories import FIRST_TASK, LATER_TASK, step_times  # noqa: E402
 from tempomem.activities.backfill import load_locomo  # noqa: E402
-from tempomem.backfill import run_backfill, write_jsonl  # noqa: E402
+from tempomem.backfill import write_jsonl  # noqa: E402
 from tempomem.config import load_config_data  # noqa: E402
 from tempomem.devserver import temporal_cli  # noqa: E402
 from tempomem.messages import search_attributes  # noqa: E402
-from tempomem.recurate import make_request, run_recurate  # noqa: E402
+from tempomem.recurate import make_request  # noqa: E402
+from tempomem.starts import run_backfill, run_recurate  # noqa: E402
 from tempomem.storage.turn import CompletedTurn  # noqa: E402
 from tempomem.store import MemoryStore  # noqa: E402
 from tempomem.worker import run_worker  # noqa: E402

@@ -12,7 +12,6 @@ process), or with ``--schedule`` keeps a Temporal Schedule that does it periodic
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import sys
@@ -21,20 +20,12 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from temporalio.client import Client, WorkflowHandle
+    from temporalio.client import Client
 
     from tempomem.follow import TurnBar
     from tempomem.messages.backfill import BackfillProgress
-    from tempomem.messages.consolidation import ConsolidationResult
-    from tempomem.store import MemoryStore
 
-__all__ = [
-    "consolidate_now",
-    "detect_format",
-    "follow_backfill",
-    "run_backfill",
-    "start_backfill",
-]
+__all__ = ["detect_format", "follow_backfill"]
 
 
 # The CLI imports this module to build its parser: keep Temporal and the activities out of that path.
@@ -62,66 +53,6 @@ def detect_format(path: Path, requested: str = "auto") -> str:
 BACKFILL_WINDOW_DEFAULT = 32
 
 
-async def start_backfill(
-    client: Client,
-    store: MemoryStore,
-    path: Path | str,
-    *,
-    format: str = "auto",
-    window: int = BACKFILL_WINDOW_DEFAULT,
-    batch_size: int = 64,
-    continue_as_new_every: int = 500,
-    poll_seconds: int = 2,
-) -> WorkflowHandle[Any, BackfillProgress]:
-    """Start (or re-attach to) the backfill of ``path`` into ``store``; its worker does the work.
-
-    The workflow id is ``backfill-<store id>-<sha256 of the file>``: a second start while it runs returns
-    the running one; a start after it finished runs it again (everything comes back ``duplicate``).
-    """
-    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-
-    from tempomem.activities.backfill import file_digest
-    from tempomem.activities.sweep import batch_attributes
-    from tempomem.messages.backfill import (
-        BACKFILL_WORKFLOW,
-        BackfillInput,
-        BackfillProgress,
-        BackfillSource,
-        backfill_workflow_id,
-    )
-
-    source_path = Path(path).expanduser().resolve(strict=True)
-    fmt = detect_format(source_path, format)
-    digest = await asyncio.to_thread(file_digest, source_path)
-    memory = store.config.memory
-    attributes = await batch_attributes(client, store.store_id, memory.mode, memory.write_mode)
-    inp = BackfillInput(
-        store_id=store.store_id,
-        source=BackfillSource(path=str(source_path), digest=digest, format=fmt),
-        window=window,
-        batch_size=batch_size,
-        continue_as_new_every=continue_as_new_every,
-        first_delay_seconds=store.first_delay_seconds,
-        poll_seconds=poll_seconds,
-        search_attributes=attributes is not None,
-    )
-    return await client.start_workflow(
-        BACKFILL_WORKFLOW,
-        inp,
-        id=backfill_workflow_id(store.store_id, digest),
-        task_queue=store.task_queue,
-        result_type=BackfillProgress,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        search_attributes=attributes,
-        static_summary=f"backfill {source_path.name} · {fmt} · {digest[:12]}… · store {store.store_id}",
-        static_details=(
-            "Content-free: the file stays on the worker host; counts are in the current details and the "
-            "`progress` query."
-        ),
-    )
-
-
 async def follow_backfill(
     client: Client,
     workflow_id: str,
@@ -140,42 +71,6 @@ async def follow_backfill(
         result_type=BackfillProgress,
         on_progress=on_progress,
         poll_interval=poll_interval,
-    )
-
-
-async def run_backfill(
-    client: Client,
-    store: MemoryStore,
-    path: Path | str,
-    *,
-    on_progress: Callable[[BackfillProgress], None] | None = None,
-    poll_interval: float = 0.5,
-    **knobs: Any,
-) -> BackfillProgress:
-    """``start_backfill`` then ``follow_backfill``: the whole backfill, as the CLI runs it."""
-    handle = await start_backfill(client, store, path, **knobs)
-    return await follow_backfill(client, handle.id, on_progress=on_progress, poll_interval=poll_interval)
-
-
-async def consolidate_now(client: Client, store: MemoryStore) -> ConsolidationResult:
-    """Run ``ConsolidationWorkflow`` once on the store's worker and return its content-free result."""
-    from temporalio.common import WorkflowIDConflictPolicy
-
-    from tempomem.messages.consolidation import (
-        CONSOLIDATION_WORKFLOW,
-        ConsolidationInput,
-        ConsolidationResult,
-        consolidation_workflow_id,
-    )
-
-    return await client.execute_workflow(
-        CONSOLIDATION_WORKFLOW,
-        ConsolidationInput(store_id=store.store_id),
-        id=consolidation_workflow_id(store.store_id),
-        task_queue=store.task_queue,
-        result_type=ConsolidationResult,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        static_summary=f"regenerate index.md · store {store.store_id}",
     )
 
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 import dataclasses
 import re
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from temporalio.client import Client, WorkflowHandle
-
     from tempomem.messages.recurate import RecurateProgress
     from tempomem.store import MemoryStore
 
@@ -89,67 +87,6 @@ def make_request(
     return RecurateRequest(
         since=first, until=last, model=model, dry_run=dry_run, run_id=run_id, archived=archived
     )
-
-
-async def start_recurate(
-    client: Client,
-    store: MemoryStore,
-    req: RecurateRequest,
-    *,
-    batch_size: int = RECURATE_BATCH_DEFAULT,
-    window: int = RECURATE_WINDOW_DEFAULT,
-) -> WorkflowHandle[Any, RecurateProgress]:
-    """Start (or re-attach to) the re-curation ``req.run_id`` of ``store``; its worker does the work.
-
-    ``window`` captures run at once (their model calls overlap up to ``memory.llm.concurrency``); the
-    commits stay in admission order whatever it is."""
-    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-
-    from tempomem.activities.sweep import batch_attributes
-    from tempomem.messages.recurate import (
-        RECURATE_WORKFLOW,
-        RecurateInput,
-        RecurateProgress,
-        recurate_workflow_id,
-    )
-
-    memory = store.config.memory
-    attributes = await batch_attributes(client, store.store_id, memory.mode, memory.write_mode)
-    inp = RecurateInput(
-        store_id=store.store_id,
-        run_id=req.run_id,
-        since=req.since.isoformat(),
-        until=req.until.isoformat() if req.until else None,
-        model=req.model,
-        dry_run=req.dry_run,
-        batch_size=batch_size,
-        window=window,
-        first_delay_seconds=store.first_delay_seconds,
-        search_attributes=attributes is not None,
-    )
-    return await client.start_workflow(
-        RECURATE_WORKFLOW,
-        inp,
-        id=recurate_workflow_id(store.store_id, req.run_id, dry_run=req.dry_run),
-        task_queue=store.task_queue,
-        result_type=RecurateProgress,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        search_attributes=attributes,
-        static_summary=(
-            f"recurate {req.run_id}{' (dry run)' if req.dry_run else ''} · {inp.since} .. "
-            f"{inp.until or 'now'} · model {req.model or 'configured'} · store {store.store_id}"
-        ),
-        static_details="Content-free: archived turns and the diff stay on the worker host.",
-    )
-
-
-async def run_recurate(
-    client: Client, store: MemoryStore, req: RecurateRequest, **knobs: Any
-) -> RecurateProgress:
-    """Start the re-curation and wait for its content-free result."""
-    handle = await start_recurate(client, store, req, **knobs)
-    return await handle.result()
 
 
 def progress_postfix(p: RecurateProgress) -> str:

@@ -233,7 +233,7 @@ class MemoryStore:
     async def _try_start(self, intake_id: str) -> tuple[bool, str | None]:
         if time.monotonic() < self._start_blocked_until:
             return False, "temporal unavailable recently; the record stays pending for the sweeper"
-        from tempomem.activities.sweep import start_capture  # Temporal loads on the first start only
+        from tempomem.starts import start_capture
 
         try:
             async with asyncio.timeout(START_TIMEOUT_SECONDS):

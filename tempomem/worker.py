@@ -32,10 +32,11 @@ from tempomem.activities.intake_ops import IntakeActivities
 from tempomem.activities.projection import ProjectionActivities
 from tempomem.activities.schedules import ensure_schedule, store_interval
 from tempomem.activities.settle import SettleActivities
-from tempomem.activities.sweep import SweepActivities, register_search_attributes, sweep_store
+from tempomem.activities.sweep import SweepActivities, sweep_store
 from tempomem.capture.model_client import check_capture_models
 from tempomem.export import recover_interrupted_import
 from tempomem.messages.capture import SWEEP_WORKFLOW, SweepInput, SweepResult, model_task_queue
+from tempomem.starts import register_search_attributes
 from tempomem.storage.fence import hold_fence, refuse_start_before_rebuild
 from tempomem.storage.intake_snapshot import Sink, SnapshotPublisher
 from tempomem.storage.intake_tidy import TidyReport, tidy

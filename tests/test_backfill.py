@@ -26,16 +26,9 @@ from temporalio.worker import Replayer, Worker
 
 from tempomem.activities.backfill import iter_jsonl, load_locomo, locomo_run_id, read_jsonl
 from tempomem.activities.sweep import sweep_store
-from tempomem.backfill import (
-    FORMATS,
-    ProgressBar,
-    detect_format,
-    follow_backfill,
-    run_backfill,
-    start_backfill,
-    write_jsonl,
-)
+from tempomem.backfill import FORMATS, ProgressBar, detect_format, follow_backfill, write_jsonl
 from tempomem.messages.backfill import PROGRESS_QUERY, SOURCE_FORMATS, BackfillProgress
+from tempomem.starts import run_backfill, start_backfill
 from tempomem.storage.intake_records import RecordState, intake_id
 from tempomem.storage.markdown import iter_bullets
 from tempomem.storage.turn import CompletedTurn

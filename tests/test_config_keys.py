@@ -57,7 +57,7 @@ EFFECT: dict[str, str] = {
     "memory.capture.reconcileModel": CLASSIFIER_INHERITS,
     "memory.capture.cron": "test_admission.py::test_wm_skip_rules",
     "memory.capture.webhook": "test_admission.py::test_wm_skip_rules",
-    "memory.capture.focus": "test_contracts.py::test_extraction_user_message_sections",
+    "memory.capture.focus": "test_prompts.py::test_extraction_user_message_sections",
     "memory.capture.only": "test_capture_pipeline.py::test_capture_only_and_task_lines",
     "memory.capture.intentLifecycle": "test_contracts.py::test_intent_fields_only_with_flag",
     "memory.capture.turnArchiveDays": "test_recurate.py::test_turn_archive_days_bounds_and_default",

@@ -15,7 +15,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from tempomem.activities.consolidation import consolidation_schedule_id, ensure_consolidation_schedule
-from tempomem.backfill import consolidate_now
+from tempomem.starts import consolidate_now
 from tempomem.storage import graph
 from tempomem.storage.consolidation import (
     INDEX_NAME,

@@ -16,9 +16,10 @@ from temporalio.client import Client, WorkflowHistory
 
 from tempomem.activities.context import StoreContext
 from tempomem.activities.projection import ProjectionActivities
-from tempomem.backfill import follow_backfill, start_backfill, write_jsonl
+from tempomem.backfill import follow_backfill, write_jsonl
 from tempomem.messages.capture import INDEX_FLUSH, SETTLE, RecordRef, SweepInput, SweepResult
 from tempomem.recall.index import MemoryIndex
+from tempomem.starts import start_backfill
 from tempomem.storage.intake_records import RecordState, intake_id
 from tempomem.workflows.sweep import IntakeSweepWorkflow
 from tests.conftest import make_store

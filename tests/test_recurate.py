@@ -22,13 +22,8 @@ from temporalio.client import Client, WorkflowFailureError
 from tempomem.activities.recurate import RECURATE_DIR
 from tempomem.config import ConfigError, load_config_data
 from tempomem.messages.recurate import RECURATE_WORKFLOW, recurate_workflow_id
-from tempomem.recurate import (
-    RecurateRequestError,
-    failure_category,
-    make_request,
-    run_recurate,
-    start_recurate,
-)
+from tempomem.recurate import RecurateRequestError, failure_category, make_request
+from tempomem.starts import run_recurate, start_recurate
 from tempomem.storage import replay_sidecar
 from tempomem.storage.intake import Intake
 from tempomem.storage.intake_records import (

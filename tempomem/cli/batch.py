@@ -87,10 +87,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
     async def main() -> BackfillProgress | None:
+        from tempomem import starts
         from tempomem.worker import note_missing_worker, worker_in_process
 
         client = await connect(store.config, store.base_dir)
-        handle = await backfill.start_backfill(
+        handle = await starts.start_backfill(
             client,
             store,
             path,
@@ -160,6 +161,7 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     async def main() -> Any:
+        from tempomem import starts
         from tempomem.worker import worker_polling
 
         client = await connect(store.config, store.base_dir)
@@ -174,7 +176,7 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
             )
             return None
         if await worker_polling(client, store.task_queue):
-            return await backfill.consolidate_now(client, store)
+            return await starts.consolidate_now(client, store)
         from tempomem.storage.consolidation import consolidate
 
         print("note: no worker polls this store's task queue; regenerating in process", file=sys.stderr)
@@ -255,8 +257,10 @@ def cmd_recurate(args: argparse.Namespace) -> int:
     from tempomem.messages.recurate import PROGRESS_QUERY, RecurateProgress
 
     async def main() -> RecurateProgress:
+        from tempomem import starts
+
         client = await connect(store.config, store.base_dir)
-        handle = await recurate.start_recurate(client, store, req, batch_size=args.batch, window=args.window)
+        handle = await starts.start_recurate(client, store, req, batch_size=args.batch, window=args.window)
         print(f"recurate {handle.id} on task queue {store.task_queue}", file=sys.stderr, flush=True)
         async with worker_in_process(client, store, enabled=args.worker) as worker:
             if worker is None:

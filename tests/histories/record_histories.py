@@ -96,10 +96,11 @@ async def record_other(env: WorkflowEnvironment, name: str) -> None:
     """One run of a batch or maintenance workflow on a small store, through the public host-side starts."""
     from temporalio.common import WorkflowIDConflictPolicy
 
-    from tempomem.backfill import consolidate_now, follow_backfill, start_backfill, write_jsonl
+    from tempomem.backfill import follow_backfill, write_jsonl
     from tempomem.messages.capture import SWEEP_WORKFLOW, SweepInput, SweepResult
     from tempomem.messages.consolidation import consolidation_workflow_id
-    from tempomem.recurate import make_request, start_recurate
+    from tempomem.recurate import make_request
+    from tempomem.starts import consolidate_now, start_backfill, start_recurate
     from tests.scripted_model import Delay, ScriptedModelServer
     from tests.test_capture_pipeline import capture_store, extraction, memory
 
