@@ -56,6 +56,7 @@ def test_flop_count_is_linear_in_depth_and_counts_the_dense_layers() -> None:
     assert flops_per_sentence(6, 40) == pytest.approx(2 * flops_per_sentence(3, 40))
 
 
+@pytest.mark.slow  # runs CLI processes
 def test_cost_curve_child_reports_the_store_it_built() -> None:
     small, larger = one_size(300, 5), one_size(3000, 5)
     for row in (small, larger):

@@ -193,6 +193,7 @@ def test_cli_refuses_a_missing_stores_directory(tmp_path: Path) -> None:
     assert not missing.exists()
 
 
+@pytest.mark.slow  # runs CLI processes
 def test_health_reports_every_store_under_a_directory_and_the_totals(tmp_path: Path) -> None:
     """#16 item 4: `health --stores DIR` audits each store, lists what was skipped, sums the counts;
     content-free, and exit 1 while one store is unhealthy."""
@@ -270,6 +271,7 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # runs CLI processes
 def test_inspect_reports_across_stores_and_the_store_selector_refuses_bad_names(tmp_path: Path) -> None:
     """#16 item 4: `inspect --stores DIR` gives every store's counts and the totals, `inspect ID --stores
     DIR` finds the store holding a record, `--store NAME` picks one store for any store command; a name
