@@ -302,6 +302,13 @@ async def test_a_commit_that_did_not_land_is_a_storage_failure(
     with pytest.raises(ApplicationError) as err:
         await reconcile(ctx, record, two_facts_threaded(record))
     assert (err.value.type, err.value.message) == ("storage_error", "CaptureFailure")
+    # Called directly (no activity around it), the commit raises the typed failure, whose message is the
+    # category alone: nothing of the plan or the store.
+    with pytest.raises(commit.CaptureFailure) as direct:
+        commit.commit_plan(
+            ctx.root, embedder, record, ctx.intake.load_payload(record), two_facts_threaded(record)
+        )
+    assert (direct.value.category.value, str(direct.value)) == ("storage_error", "storage_error")
 
 
 async def test_an_update_rewrites_only_the_file_that_holds_its_target(tmp_path: Path, embedder) -> None:
