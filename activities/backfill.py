@@ -44,7 +44,7 @@ from tempomem.activities.context import StoreContext, utc_now
 from tempomem.activities.heartbeat import run_blocking
 from tempomem.messages.backfill import ADMIT_BATCH, AdmitBatchInput, AdmitBatchResult, BackfillSource, BadLine
 from tempomem.messages.capture import RECORD_STATE, RecordRef
-from tempomem.storage.admission import admit_turn as admit_turn_once
+from tempomem.storage.admission import admit_turn
 from tempomem.storage.intake import Intake
 from tempomem.storage.intake_records import (
     IntakeCapacityError,
@@ -297,31 +297,6 @@ def file_digest(path: Path) -> str:
 # -- admission ----------------------------------------------------------------------------------------------
 
 
-def admit_turn(
-    intake: Intake,
-    turn: CompletedTurn,
-    *,
-    tier: str,
-    write_mode: str,
-    capture_cron: bool | None = None,
-    capture_webhook: bool | None = None,
-) -> tuple[AdmissionStatus, str | None]:
-    """``persist_completed_turn`` without the workflow start: skip rules → payload → ``Intake.admit``.
-
-    Everything that can reject the turn (skip rules, payload size) runs before the one durable write;
-    ``Intake.admit`` itself changes nothing when it raises (conflict, capacity, corruption).
-    """
-    result = admit_turn_once(
-        intake,
-        turn,
-        tier=tier,  # type: ignore[arg-type]
-        write_mode=write_mode,  # type: ignore[arg-type]
-        capture_cron=capture_cron,
-        capture_webhook=capture_webhook,
-    )
-    return result.status, result.intake_id
-
-
 def record_state(intake: Intake, intake_id: str) -> str:
     """pending | dead | resolved | unknown (a pruned receipt: resolved long ago)."""
     try:
@@ -401,14 +376,15 @@ class BackfillActivities:
                 read += 1
                 continue
             try:
-                status, intake_id = admit_turn(
+                admitted = admit_turn(
                     ctx.intake,
                     item.turn,
-                    tier=ctx.tier,
-                    write_mode=ctx.write_mode,
+                    tier=ctx.tier,  # type: ignore[arg-type]
+                    write_mode=ctx.write_mode,  # type: ignore[arg-type]
                     capture_cron=self.capture_cron,
                     capture_webhook=self.capture_webhook,
                 )
+                status, intake_id = admitted.status, admitted.intake_id
             except IntakeConflictError:
                 bad.append(BadLine(item.line, "conflict: run id admitted before with other content"))
                 read += 1
