@@ -1,9 +1,9 @@
-"""Writing the index: the vector cache, a rebuild into a new generation activated atomically (with its
-shrink guard), and incremental upserts that keep the FTS index, the vectors and the digest in step."""
+"""Writing the index: a rebuild into a new generation activated atomically (with its shrink guard), and
+incremental upserts that keep the FTS index, the vectors and the digest in step. Embeddings are reused
+from the vector cache (``vector_cache``) and the active generation."""
 
 from __future__ import annotations
 
-import io
 import shutil
 import time
 from collections.abc import Sequence
@@ -13,14 +13,13 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tempomem.recall import connections, fts, row_snapshot
 from tempomem.recall.embedding import EmbeddingError, EmbeddingIdentity
-from tempomem.recall.index.access import IndexAccess
+from tempomem.recall.index import vector_cache
+from tempomem.recall.index.generations import IndexAccess
 from tempomem.recall.index.schema import (
     ARROW_SCHEMA,
-    CACHE_DIR,
     COLUMNS,
     CREATE_MEMORIES,
     DAILY_FOLDER,
@@ -41,7 +40,6 @@ from tempomem.recall.index.schema import (
 from tempomem.recall.index.vectors import (
     VECTOR_LOCK,
     VECTOR_SNAPSHOTS,
-    fixed_list,
     id_filter,
     lance_batch,
     meta_of,
@@ -53,7 +51,7 @@ from tempomem.recall.index.vectors import (
     vector_version,
     vectors_of,
 )
-from tempomem.storage.fsio import atomic_write, ensure_private_dir, read_private_file
+from tempomem.storage.fsio import ensure_private_dir
 from tempomem.storage.markdown import Bullet, damaged_bullets, iter_bullets
 
 # Rows written per Arrow batch by a rebuild: bounds its peak memory (bench/cost_curves.py) without a
@@ -64,17 +62,10 @@ REBUILD_CHUNK_ROWS = 50_000
 class IndexBuild(IndexAccess):
     """The index with its writers (``rebuild``, ``upsert``)."""
 
-    def _cache_path(self, ident: EmbeddingIdentity) -> Path:
-        return self.index_dir / CACHE_DIR / f"{ident.key()}.parquet"
-
     def _load_cache(self, ident: EmbeddingIdentity) -> dict[str, np.ndarray]:
-        cache: dict[str, np.ndarray] = {}
-        path = self._cache_path(ident)
-        if path.is_file():
-            table = pq.read_table(io.BytesIO(read_private_file(path)))
-            vectors = vectors_of(table, ident.dim)
-            cache.update(zip(table.column("hash").to_pylist(), vectors, strict=True))
-        # The active generation holds vectors added by upsert since the last rebuild: reuse those too.
+        """The cached vectors of ``ident``: the cache file, and the vectors upsert added to the active
+        generation since the last rebuild."""
+        cache = vector_cache.read(self.index_dir, ident)
         manifest = self.manifest()
         if manifest is not None and manifest.get("embedding") == ident.as_dict():
             table = self._lance_table(self.generation_dir(int(manifest["generation"])))
@@ -83,15 +74,6 @@ class IndexBuild(IndexAccess):
                 vectors = vectors_of(data, ident.dim)
                 cache.update(zip(data.column("content_hash").to_pylist(), vectors, strict=True))
         return cache
-
-    def _write_cache(self, ident: EmbeddingIdentity, vectors: dict[str, np.ndarray]) -> None:
-        ensure_private_dir(self.index_dir / CACHE_DIR)
-        hashes = sorted(vectors)
-        matrix = np.stack([vectors[h] for h in hashes]) if hashes else np.zeros((0, ident.dim), np.float32)
-        table = pa.table({"hash": hashes, "vector": fixed_list(matrix, ident.dim)})
-        buf = io.BytesIO()
-        pq.write_table(table, buf)
-        atomic_write(self._cache_path(ident), buf.getvalue())
 
     @staticmethod
     def _lance_table(gen_dir: Path) -> Any:
@@ -216,7 +198,9 @@ class IndexBuild(IndexAccess):
                 else:
                     table.add(batch)
             # Keep only vectors of live text so the cache stays bounded by the store size.
-            self._write_cache(ident, {r["content_hash"]: known[r["content_hash"]] for r in rows})
+            vector_cache.write(
+                self.index_dir, ident, {r["content_hash"]: known[r["content_hash"]] for r in rows}
+            )
 
         digest = digest_of_rows([(r["id"], r["row_digest"]) for r in rows])
         self._write_manifest(gen_dir, generation, len(rows), digest, ident.as_dict() if ident else None)
