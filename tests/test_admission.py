@@ -347,3 +347,22 @@ async def test_WM19_the_write_mode_decides_turn_persistence_and_remember_is_the_
     admitted = await on.persist_completed_turn(turn(run_id="w19"))
     assert admitted.status == "admitted" and on.intake.list_ids(RecordState.PENDING) == [admitted.intake_id]
     on.close()
+
+
+def test_instants_are_read_and_written_in_utc_whatever_the_host_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """storage.instants: an instant on disk is UTC with a Z; reading it back gives a UTC datetime even on
+    a host whose local zone is not UTC, so its date and its text never shift with the machine."""
+    import time
+    from datetime import date
+
+    from tempomem.storage.instants import format_instant, parse_instant
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        instant = parse_instant("2026-01-01T23:30:00.000Z")
+        assert instant.utcoffset() == timedelta(0) and instant.date() == date(2026, 1, 1)
+        assert format_instant(instant) == "2026-01-01T23:30:00.000Z"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

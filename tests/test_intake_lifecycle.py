@@ -430,3 +430,17 @@ def test_a_receipt_that_cannot_be_written_leaves_the_record_whole(
         intake.resolve(record, outcome="success", now=T0)
     assert {n: (intake.pending_dir / n).read_bytes() for n in names(intake.pending_dir)} == before
     assert intake.view(record, now=T0).state is RecordState.PENDING
+
+
+def test_the_curated_counter_counts_each_successful_resolve_once(intake: Intake) -> None:
+    """``Intake.curated`` (a worker's figure for ``worker --stores``, #16 item 4): one per record this
+    instance resolved as curated; an operator's resolve and a repeated resolve add nothing."""
+    first, second, lost = admit(intake, "c1"), admit(intake, "c2"), admit(intake, "c3")
+    assert intake.curated == 0
+    intake.resolve(first, outcome="success", now=T0)
+    assert intake.curated == 1
+    intake.resolve(second, outcome="success", now=T0)
+    assert intake.curated == 2
+    intake.resolve(lost, outcome="operator_resolved", now=T0)
+    intake.resolve(first, outcome="success", now=T0)  # already resolved: nothing happens
+    assert intake.curated == 2

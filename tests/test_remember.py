@@ -448,6 +448,12 @@ def test_supersedes_rules(root: Path, minilm: LocalMiniLMEmbedder, target: str, 
     entries = replay_sidecar.load(root).entries
     entry = next(e for e in entries if e.from_ == target_id and e.kind != "lifecycle")
     assert entry.kind == "supersede" and entry.authority.kind == "remember"
+    # The edge is run-derived: its id and the authority's digest name the two lines and the new one's
+    # instant, so a replay or an adoption of the same write yields the same entry (RPL-01).
+    assert (entry.to, entry.id) == (result.id, replay_sidecar.entry_id("supersede", target_id, result.id))
+    assert entry.authority.digest == replay_sidecar.authority_digest(
+        "remember", target_id, result.id, new.recorded
+    )
     # Replay converges: same edge, same bytes.
     sidecar = (root / SIDECAR_NAME).read_bytes()
     assert bujo(root, minilm, text, supersedes=target_id).status == "duplicate"
@@ -596,3 +602,34 @@ def test_CAP72_focus_and_only_never_touch_remember_or_the_host_audit(tmp_path: P
     projected = project(store.root, store.intake.load_payload(result.intake_id))
     assert projected.folder == "audit" and projected.bullet.text == "Assistant: Noted: tea."
     store.close()
+
+
+def test_remember_refusals_name_what_is_wrong_and_a_plain_line_names_no_source(
+    root: Path, minilm: LocalMiniLMEmbedder
+) -> None:
+    """Each programming error of a caller is a typed error with its own message, and nothing is written;
+    a plain text-only line carries no ``src`` (only an enhanced write is the assistant's, REM-08); the id
+    is ``r-`` and the first 40 hex characters of the text's sha256 (REM-12)."""
+    import datetime as dt
+    import hashlib
+
+    class NoOffset(dt.tzinfo):
+        def utcoffset(self, _: object) -> None:
+            return None
+
+    before = snapshot(root)
+    with pytest.raises(ValueError, match=r"^unknown tier 'diary'$"):
+        remember(root, tier="diary", text="x", conversation_id="c", now=NOW, index=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^text must be a string$"):
+        remember(root, tier="bujo", text=b"x", conversation_id="c", now=NOW, index=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^index belongs to another memory root$"):
+        bujo(root, minilm, "A fact.", index=MemoryIndex(root.parent / "other", minilm))
+    for naive in (dt.datetime(2026, 3, 4, 12, 0), dt.datetime(2026, 3, 4, 12, 0, tzinfo=NoOffset())):
+        with pytest.raises(ValueError, match=r"^now must be timezone-aware$"):
+            bujo(root, minilm, "A fact.", now=naive)
+    assert snapshot(root) == before
+    text = "The office plants are watered on Mondays."
+    written = bujo(root, minilm, text)
+    line = next(b for b in day_bullets(root) if b.id == written.id)
+    assert line.src is None
+    assert written.id == "r-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
