@@ -69,3 +69,31 @@ def test_a_committed_turn_holds_nobody_back_before_it_resolves(intake: Intake) -
     intake.save_plan(a, b'{"committed": true}', now=NOW)  # its commit is written and visible
     assert order.blocking(b, now=NOW) is None
     assert not order.in_flight(a, now=NOW)
+
+
+def test_the_edges_of_being_in_flight(intake: Intake) -> None:
+    """A retry due exactly now is in flight again; a state that cannot be read, or a plan that says it
+    is committed, holds nobody back; a plan that cannot be read (or is gone while the state says it is
+    kept) is still in flight, the capture's to report; and asking whom to wake past a turn in backoff
+    compares its due time with now."""
+    a, b = admit(intake, "edge-a", minutes=0), admit(intake, "edge-b", minutes=1)
+    order = CommitOrder(intake)
+    intake.begin_attempt(a, now=NOW)
+    intake.record_failure(a, FailureCategory.LLM_ERROR, retry_in=timedelta(minutes=5), now=NOW)
+    assert order.in_flight(a, now=NOW + timedelta(minutes=5)) is True  # due exactly now
+    assert order.in_flight(a, now=NOW + timedelta(minutes=4)) is False
+    intake.begin_attempt(b, now=NOW)
+    assert order.next_waiting(a, now=NOW) is None  # b holds no plan
+    intake.save_plan(b, b'{"committed": true}', now=NOW)
+    assert order.in_flight(b, now=NOW) is False  # its commit is written: visible to the next turn
+    intake.save_plan(b, b"not json", now=NOW)
+    assert order.in_flight(b, now=NOW) is True
+    (intake.pending_dir / f"{b}.plan.json").unlink()
+    assert order.in_flight(b, now=NOW) is True  # the state still says a plan is kept
+    (intake.pending_dir / f"{b}.state.json").write_bytes(b"{")
+    assert order.in_flight(b, now=NOW) is False  # unreadable: it orders nothing
+    c = admit(intake, "edge-c", minutes=2)
+    intake.begin_attempt(c, now=NOW)
+    intake.record_failure(c, FailureCategory.LLM_ERROR, retry_in=timedelta(minutes=5), now=NOW)
+    assert order.next_waiting(a, now=NOW) is None  # c waits out its backoff: nobody to wake
+    assert order.next_waiting(a, now=NOW + timedelta(minutes=5)) is None  # due again, but holds no plan
