@@ -444,3 +444,28 @@ def test_the_curated_counter_counts_each_successful_resolve_once(intake: Intake)
     intake.resolve(lost, outcome="operator_resolved", now=T0)
     intake.resolve(first, outcome="success", now=T0)  # already resolved: nothing happens
     assert intake.curated == 2
+
+
+def test_a_plan_is_bounded_like_a_record_and_stamps_the_state(
+    intake: Intake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retained plan may be as large as a record and no larger (the refusal names both sizes, nothing
+    of the plan); keeping it stamps the state's update instant. A resolved record's view is the receipt's:
+    its state file is gone, so its revision is 0."""
+    from tempomem.storage import intake as intake_module
+    from tempomem.storage.instants import format_instant
+    from tempomem.storage.intake_records import IntakeError
+
+    record = admit(intake, "plan-bound")
+    monkeypatch.setattr(intake_module, "MAX_RECORD_BYTES", 1000)  # above a state file
+    with pytest.raises(IntakeError, match=r"^capture plan is 1001 bytes, more than 1000$"):
+        intake.save_plan(record, b"x" * 1001, now=T0)
+    assert intake.load_plan(record) is None
+    later = T0 + timedelta(minutes=3)
+    intake.save_plan(record, b"x" * 1000, now=later)  # exactly the bound
+    state = intake.pending_state(record)
+    assert state is not None and state.retained_plan and state.updated_at == format_instant(later)
+    other = admit(intake, "plan-resolved")
+    intake.begin_attempt(other, now=T0)
+    intake.resolve(other, outcome="success", now=T0)
+    assert intake.view(other, now=T0).revision == 0
