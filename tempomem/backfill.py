@@ -1,4 +1,5 @@
-"""Backfill and consolidation, host side: start the workflows, follow their progress, the CLI commands.
+"""Backfill, host side: the source formats, following a run's progress and its bar (``tempomem.starts``
+starts the workflows).
 
 ``tempomem backfill FILE`` admits every completed turn of a JSONL file (one ``CompletedTurn`` JSON object
 per line; schema in ``activities.backfill``) or a LoCoMo-style conversation JSON through the store's

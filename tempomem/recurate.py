@@ -1,4 +1,5 @@
-"""``tempomem recurate``, host side: check the request, start ``RecurateWorkflow``, wait, print the result.
+"""``tempomem recurate``, host side: check the request and print the result (``tempomem.starts`` starts
+``RecurateWorkflow``).
 
 Re-curation re-runs extraction → review → reconciliation over archived capture turns (issue #6 item 2)
 with the current config and, optionally, another model name. A real run supersedes changed facts and
