@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -73,7 +74,12 @@ class CurationActivities:
         self.ctx.check(inp.store_id)
         payload = self.ctx.intake.load_payload(inp.intake_id)
         data = self.ctx.intake.load_plan(inp.intake_id)
-        return payload, (RetainedPlan.from_bytes(data) if data is not None else None)
+        if data is None:
+            return payload, None
+        try:
+            return payload, RetainedPlan.from_bytes(data)
+        except ValidationError:  # a damaged or hand-edited plan: a content-free storage failure
+            raise CaptureFailure(FailureCategory.STORAGE_ERROR) from None
 
     def _save(self, inp: CurationInput, plan: RetainedPlan) -> None:
         self.ctx.intake.save_plan(inp.intake_id, plan.to_bytes(), now=utc_now())

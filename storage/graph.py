@@ -49,7 +49,10 @@ MemoryIds = Annotated[tuple[Id, ...], AfterValidator(lambda v: tuple(sorted(set(
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+    # hide_input_in_errors: a refused row never carries its names or ids into an error message.
+    model_config = ConfigDict(
+        strict=True, extra="forbid", frozen=True, populate_by_name=True, hide_input_in_errors=True
+    )
 
 
 class EntityRow(_Strict):

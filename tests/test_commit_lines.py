@@ -432,3 +432,25 @@ async def test_INTENT21_a_retained_plan_finishes_its_admitted_proposals_with_the
     await reconcile(ctx, record, plan)
     line = lines(ctx.root)[fact_id(record, 0)]
     assert (line.status, line.due) == ("scheduled", "2027-01-31")  # type: ignore[attr-defined]
+
+
+async def test_a_damaged_plan_is_a_content_free_storage_failure(tmp_path: Path, embedder) -> None:
+    """A retained plan that no longer validates (damaged, or edited by hand) fails the stage as a
+    content-free ``storage_error``: neither its text nor pydantic's quote of it reaches the error that
+    Temporal records, and nothing is committed."""
+    from temporalio.exceptions import ApplicationError
+
+    ctx = context(tmp_path / "mem", embedder)
+    record = admit(ctx, "r1", 0)
+    plan = json.loads(two_facts_threaded(record).to_bytes())
+    plan["memories"][0]["salience"] = "Okapi-5521 is the safe code"
+    ctx.intake.begin_attempt(record, now=T0 + timedelta(hours=1))
+    ctx.intake.save_plan(record, json.dumps(plan).encode(), now=T0 + timedelta(hours=1))
+    with pytest.raises(ApplicationError) as err:
+        await run_reconcile(ctx, record)
+    assert (err.value.type, err.value.message) == ("storage_error", "CaptureFailure")
+    assert "Okapi" not in str(err.value) and "Okapi" not in repr(err.value.__cause__)
+    assert lines(ctx.root) == {}
+    with pytest.raises(ValueError) as direct:  # the model itself never quotes what it refused
+        RetainedPlan.model_validate_json(json.dumps(plan))
+    assert "Okapi" not in str(direct.value)

@@ -386,3 +386,32 @@ def test_relation_attestations_are_the_union_of_every_plan(tmp_path: Path) -> No
     assert graph.apply(tmp_path, relations=[graph.relation("person:a", "knows", "person:b", ["c-2"])]) == 1
     (rel,) = graph.load_graph(tmp_path).relations.values()
     assert rel.memories == ("c-1", "c-2")
+
+
+def test_a_delta_may_fill_the_sidecar_exactly_to_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RPL-05 on the write side: a delta whose merged document is exactly the byte bound is written;
+    one byte over is refused with the measured size and nothing is written."""
+    from tests.helpers.sidecar_entries import sup
+
+    delta = [sup("c-old", "c-new")]
+    size = len(replay_sidecar.canonical_bytes(replay_sidecar.merge(replay_sidecar.load(tmp_path), delta)[0]))
+    monkeypatch.setattr(replay_sidecar, "MAX_BYTES", size - 1)
+    with pytest.raises(SidecarError) as err:
+        replay_sidecar.apply_delta(tmp_path, delta)
+    assert (err.value.reason, err.value.detail) == ("too_large", f"{size} bytes")
+    assert not (tmp_path / SIDECAR_NAME).exists()
+    monkeypatch.setattr(replay_sidecar, "MAX_BYTES", size)
+    assert replay_sidecar.apply_delta(tmp_path, delta) == 1
+    assert len((tmp_path / SIDECAR_NAME).read_bytes()) == size
+
+
+def test_an_entity_name_is_bounded_by_its_own_limit() -> None:
+    """GRAPH-*: an entity name may be 1,024 UTF-8 bytes (graph.MAX_NAME_BYTES), well below a memory line's
+    bound; a longer one is refused by name, without its text."""
+    ok = graph.EntityRow(id="person:a", name="a" * graph.MAX_NAME_BYTES, type="person", memories=())
+    assert len(ok.name) == graph.MAX_NAME_BYTES
+    with pytest.raises(ValueError, match="unsafe name") as err:
+        graph.EntityRow(id="person:a", name="a" * (graph.MAX_NAME_BYTES + 1), type="person", memories=())
+    assert "aaaa" not in str(err.value)
