@@ -408,8 +408,8 @@ def test_a_delta_may_fill_the_sidecar_exactly_to_its_bound(
 
 
 def test_an_entity_name_is_bounded_by_its_own_limit() -> None:
-    """GRAPH-*: an entity name may be 1,024 UTF-8 bytes (graph.MAX_NAME_BYTES), well below a memory line's
-    bound; a longer one is refused by name, without its text."""
+    """GRAPH-*: an entity name may be 1,024 UTF-8 bytes (graph.MAX_NAME_BYTES, the bound of a memory line
+    too); a longer one is refused by name, without its text."""
     ok = graph.EntityRow(id="person:a", name="a" * graph.MAX_NAME_BYTES, type="person", memories=())
     assert len(ok.name) == graph.MAX_NAME_BYTES
     with pytest.raises(ValueError, match="unsafe name") as err:
