@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -29,11 +29,30 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tempomem.backfill import BACKFILL_WINDOW_DEFAULT, detect_format, follow_backfill
 from tempomem.messages import search_attributes as sa
+from tempomem.messages.backfill import (
+    BACKFILL_WORKFLOW,
+    BackfillInput,
+    BackfillProgress,
+    BackfillSource,
+    backfill_workflow_id,
+)
 from tempomem.messages.capture import (
     CAPTURE_WORKFLOW,
     CaptureInput,
     capture_workflow_id,
     legacy_capture_workflow_id,
+)
+from tempomem.messages.consolidation import (
+    CONSOLIDATION_WORKFLOW,
+    ConsolidationInput,
+    ConsolidationResult,
+    consolidation_workflow_id,
+)
+from tempomem.messages.recurate import (
+    RECURATE_WORKFLOW,
+    RecurateInput,
+    RecurateProgress,
+    recurate_workflow_id,
 )
 from tempomem.recurate import RECURATE_BATCH_DEFAULT, RECURATE_WINDOW_DEFAULT
 
@@ -42,9 +61,6 @@ if TYPE_CHECKING:
 
     from temporalio.client import WorkflowHandle
 
-    from tempomem.messages.backfill import BackfillProgress
-    from tempomem.messages.consolidation import ConsolidationResult
-    from tempomem.messages.recurate import RecurateProgress
     from tempomem.recurate import RecurateRequest
     from tempomem.store import MemoryStore
 
@@ -95,9 +111,6 @@ async def start_capture(
 
 
 async def _open(client: Client, workflow_id: str) -> bool:
-    from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError, RPCStatusCode
-
     try:
         described = await client.get_workflow_handle(workflow_id).describe()
     except RPCError as exc:
@@ -196,16 +209,8 @@ async def start_backfill(
     The workflow id is ``backfill-<store id>-<sha256 of the file>``: a second start while it runs returns
     the running one; a start after it finished runs it again (everything comes back ``duplicate``).
     """
-    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-    from tempomem.activities.backfill import file_digest
-    from tempomem.messages.backfill import (
-        BACKFILL_WORKFLOW,
-        BackfillInput,
-        BackfillProgress,
-        BackfillSource,
-        backfill_workflow_id,
-    )
+    from tempomem.activities.backfill import file_digest  # the activity layer loads on a backfill only
 
     source_path = Path(path).expanduser().resolve(strict=True)
     fmt = detect_format(source_path, format)
@@ -255,15 +260,6 @@ async def run_backfill(
 
 async def consolidate_now(client: Client, store: MemoryStore) -> ConsolidationResult:
     """Run ``ConsolidationWorkflow`` once on the store's worker and return its content-free result."""
-    from temporalio.common import WorkflowIDConflictPolicy
-
-    from tempomem.messages.consolidation import (
-        CONSOLIDATION_WORKFLOW,
-        ConsolidationInput,
-        ConsolidationResult,
-        consolidation_workflow_id,
-    )
-
     return await client.execute_workflow(
         CONSOLIDATION_WORKFLOW,
         ConsolidationInput(store_id=store.store_id),
@@ -287,15 +283,6 @@ async def start_recurate(
 
     ``window`` captures run at once (their model calls overlap up to ``memory.llm.concurrency``); the
     commits stay in admission order whatever it is."""
-    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-
-    from tempomem.messages.recurate import (
-        RECURATE_WORKFLOW,
-        RecurateInput,
-        RecurateProgress,
-        recurate_workflow_id,
-    )
-
     memory = store.config.memory
     attributes = await batch_attributes(client, store.store_id, memory.mode, memory.write_mode)
     inp = RecurateInput(
