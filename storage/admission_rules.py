@@ -37,12 +37,12 @@ _SUMMARY_PREFIX: dict[SourceLabel, str] = {
 
 
 def is_no_op_answer(final_answer: str) -> bool:
-    """WM-05 / AMB-19: case-sensitive sentinel match on the whole answer or its final line."""
-    text = final_answer.rstrip()
-    if text == NO_OP_SENTINEL:
-        return True
-    last_line = text.rsplit("\n", 1)[-1].rstrip()
-    return bool(_SENTINEL_TAIL.search(last_line))
+    """WM-05 / AMB-19: case-sensitive sentinel match on the whole answer or its final line.
+
+    One search over the whole answer is the final line's rule: the sentinel must end the text, and a
+    line break before it is a non-word character like any other.
+    """
+    return bool(_SENTINEL_TAIL.search(final_answer.rstrip()))
 
 
 def skip_reason(

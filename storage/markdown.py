@@ -404,8 +404,8 @@ def plain_note(day: str, line: str, seen: dict[str, int] | None = None) -> Bulle
     """A hand-written bullet as a memory: a note by the owner, recorded at the day's start (UTC), with a
     stable id from the day, the text and its occurrence (``seen`` counts repeats within one file)."""
     match = _PLAIN_RE.fullmatch(line)
-    if match is None or "<!--" in line or "-->" in line:
-        return None
+    if match is None:
+        return None  # (half a comment in the text is refused by Bullet itself, below)
     text = match[2].strip()
     key = f"{day}\n{text}"
     occurrence = 0

@@ -23,7 +23,7 @@ from tempomem.storage.intake_records import (
     intake_id,
 )
 from tempomem.storage.limits import MAX_RECORD_BYTES, SUMMARY_ANSWER_MAX_BYTES
-from tempomem.storage.turn import CompletedTurn, SkipReason
+from tempomem.storage.turn import AdmissionStatus, CompletedTurn, SkipReason
 
 T0 = datetime(2026, 12, 3, 9, 30, 15, 123000, tzinfo=UTC)
 
@@ -295,6 +295,18 @@ def test_wm17_wm18_a_switched_off_trigger_writes_nothing_and_earlier_work_still_
         earlier.intake_id,  # type: ignore[attr-defined]
         owner.intake_id,  # type: ignore[attr-defined]
     }
+
+
+def test_wm15_admission_applies_the_webhook_switch(tmp_path: Path) -> None:
+    from tempomem.storage.admission import admit_turn
+
+    intake = Intake(tmp_path / "mem")
+    hook = turn(run_id="hook-1", trigger_kind="webhook", speaker_kind="trigger")
+    off = admit_turn(intake, hook, tier="lite", write_mode="append-host-summary", capture_webhook=False)
+    assert (off.status, off.skip_reason) == (AdmissionStatus.SKIPPED, SkipReason.WEBHOOK_SWITCH_OFF)
+    assert not (tmp_path / "mem").exists() or intake.list_ids(RecordState.PENDING) == []
+    on = admit_turn(intake, hook, tier="lite", write_mode="append-host-summary", capture_cron=False)
+    assert on.status is AdmissionStatus.ADMITTED
 
 
 async def test_a_failed_admission_is_a_typed_error_that_never_claims_the_turn_was_saved(

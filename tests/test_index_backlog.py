@@ -4,6 +4,7 @@ the flush, and a failed flush removes nothing. Real Markdown files and a real Du
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from datetime import UTC, datetime, timedelta
@@ -119,3 +120,70 @@ def test_health_counts_the_days_awaiting_the_flush_and_calls_the_store_in_progre
     backlog.flush(MemoryIndex(tmp_path, None))
     report = audit(tmp_path, now=T0)
     assert (report.status, report.index_backlog_days) == ("ok", 0)
+
+
+def test_lines_of_a_day_the_index_already_holds_are_not_upserted_again(tmp_path: Path) -> None:
+    """This process's own marker means only its pending lines are new: the day is not re-read."""
+    line(tmp_path, 0)
+    MemoryIndex(tmp_path, None).rebuild()  # line 0 is indexed
+    backlog = IndexBacklog(tmp_path)
+    backlog.add(*line(tmp_path, 1))
+    assert backlog.flush(MemoryIndex(tmp_path, None)) == 1
+    assert len(indexed_ids(tmp_path)) == 2
+
+
+def test_lines_whose_marker_another_process_removed_are_still_flushed(tmp_path: Path) -> None:
+    """Another process's flush may take our marker (it saw it as foreign); our lines still go in."""
+    backlog = IndexBacklog(tmp_path)
+    day, bullet = line(tmp_path, 1)
+    backlog.add(day, bullet)
+    (backlog.folder / day).unlink()
+    assert backlog.flush(MemoryIndex(tmp_path, None)) == 1
+    assert indexed_ids(tmp_path) == {bullet.id}
+    assert backlog.pending_lines() == 0 and not backlog.due()
+
+
+def test_a_marker_for_a_day_without_lines_is_removed(tmp_path: Path) -> None:
+    backlog = IndexBacklog(tmp_path)
+    backlog.folder.mkdir(parents=True, mode=0o700)
+    (backlog.folder / "2026-11-30").touch(mode=0o600)  # a crash after the marker, before the Markdown
+    assert backlog.flush(MemoryIndex(tmp_path, None)) == 0
+    assert backlog.marked_days() == []
+
+
+class RacingIndex(MemoryIndex):
+    """A real index; while it upserts, another process's flush removes the day's marker."""
+
+    def upsert(self, items):  # type: ignore[no-untyped-def]
+        for day, _ in items:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.root / "index" / "backlog" / day)
+        return super().upsert(items)
+
+
+def test_a_marker_removed_during_the_flush_is_not_an_error(tmp_path: Path) -> None:
+    backlog = IndexBacklog(tmp_path)
+    day, bullet = line(tmp_path, 1)
+    backlog.add(day, bullet)
+    assert backlog.flush(RacingIndex(tmp_path, None)) == 1
+    assert indexed_ids(tmp_path) == {bullet.id} and backlog.marked_days() == []
+
+
+def test_the_next_group_waits_from_its_own_first_line(tmp_path: Path) -> None:
+    backlog = IndexBacklog(tmp_path)
+    backlog.add(*line(tmp_path, 1))
+    backlog.flush(MemoryIndex(tmp_path, None))
+    backlog.add(*line(tmp_path, 2))
+    assert not backlog.due()  # one fresh line: neither full nor old
+    assert backlog.pending_lines() == 1
+
+
+def test_a_symlink_in_place_of_a_marker_is_refused_and_never_followed(tmp_path: Path) -> None:
+    backlog = IndexBacklog(tmp_path)
+    day, bullet = line(tmp_path, 1)
+    backlog.folder.mkdir(parents=True, mode=0o700)
+    outside = tmp_path / "outside"
+    (backlog.folder / day).symlink_to(outside)  # dangling: the marker looks absent
+    with pytest.raises(FileExistsError):
+        backlog.add(day, bullet)
+    assert not outside.exists() and backlog.pending_lines() == 0

@@ -256,6 +256,9 @@ def test_a_malformed_record_is_reported_by_id_without_its_bytes(intake: Intake) 
     with pytest.raises(IntakeCorruptError) as err:
         intake.resolve(record, outcome="success", now=T0)
     assert str(err.value) == f"intake record {record} is malformed" and err.value.__cause__ is None
+    with pytest.raises(IntakeCorruptError) as err:
+        intake.load_payload(record)  # what a capture activity reads
+    assert str(err.value) == f"intake record {record} is malformed" and err.value.__cause__ is None
     assert names(intake.resolved_dir) == []
     (intake.pending_dir / f"{record}.state.json").write_bytes(b"[]")
     (intake.pending_dir / f"{record}.state.json").chmod(0o600)

@@ -192,3 +192,27 @@ def test_a_two_line_bullet_on_the_first_lines_is_whole_and_a_leading_comment_is_
     assert damaged_bullets(tmp_path) == []
     day.write_text(meta + "\n\n- – A plain bullet at the end")
     assert damaged_bullets(tmp_path) == ["daily/2026-12-01.md:1"]
+
+
+def test_one_day_reads_like_the_whole_folder_and_names_that_are_not_days_read_nothing(tmp_path: Path) -> None:
+    """``iter_day_bullets`` (the index backlog's whole-day read) yields what ``iter_bullets`` yields for
+    that day, hand-written notes included; an absent day or a file that is not named by a day yields
+    nothing (#13 mutation survivors)."""
+    from tempomem.storage.markdown import iter_day_bullets
+
+    daily(tmp_path, HEAD + GOOD + "- Water the ferns on Sunday\n")
+    daily(tmp_path, HEAD + GOOD, day="notes")
+    whole = [b for day, b in iter_bullets(tmp_path) if day == "2026-12-01"]
+    assert [b.id for b in iter_day_bullets(tmp_path, "2026-12-01")] == [b.id for b in whole]
+    assert [b.text for b in whole] == ["The ferry leaves at seven.", "Water the ferns on Sunday"]
+    assert list(iter_day_bullets(tmp_path, "2026-12-02")) == []
+    assert list(iter_day_bullets(tmp_path, "notes")) == []
+
+
+@pytest.mark.parametrize("line", ["- Meet Ana <!-- at the dock", "- Meet Ana --> at the dock"])
+def test_a_bullet_with_half_a_comment_is_not_a_note(line: str) -> None:
+    """Either half of an HTML comment marks a line as metadata or damage, never a hand-written note."""
+    from tempomem.storage.markdown import plain_note
+
+    assert plain_note("2026-12-01", "- Meet Ana at the dock") is not None
+    assert plain_note("2026-12-01", line) is None

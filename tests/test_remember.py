@@ -163,6 +163,19 @@ def test_missing_index_generation_is_completed(root: Path, minilm: LocalMiniLMEm
     assert MemoryIndex(root, minilm).search("When is Dana's birthday?")[0].id == result.id
 
 
+def test_an_index_of_another_embedding_is_rebuilt_and_reported_completed(
+    root: Path, minilm: LocalMiniLMEmbedder
+) -> None:
+    """A repeat whose upsert found the active generation built for another embedding (here lexical only)
+    rebuilt it: the vectors were missing, so the line's index entry was completed, not a duplicate."""
+    first = bujo(root, minilm, "Erin's train leaves at nine", index=MemoryIndex(root, None))
+    lexical = MemoryIndex(root, None).active_generation()
+    again = bujo(root, minilm, "Erin's train leaves at nine")
+    assert again.status == "completed_index" and again.id == first.id
+    assert MemoryIndex(root, minilm).active_generation() != lexical
+    assert bujo(root, minilm, "Erin's train leaves at nine").status == "duplicate"
+
+
 def test_legacy_line_is_not_backfilled(root: Path, minilm: LocalMiniLMEmbedder) -> None:
     text = "Olga's flat is on the 5th floor"
     legacy = Bullet(signifier="–", text=text, id=remember_id(text), type="fact", status="open", recorded=REC)

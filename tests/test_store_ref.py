@@ -86,3 +86,19 @@ def test_an_id_with_surrounding_whitespace_within_the_bound_is_read(tmp_path: Pa
     path.write_bytes(b"0123456789abcdef" + b" " * 47 + b"\n")  # exactly 64 bytes
     path.chmod(0o600)
     assert read_store_id(tmp_path) == "0123456789abcdef"
+
+
+def test_a_folder_is_a_store_when_it_holds_an_id_or_what_an_older_store_held(tmp_path: Path) -> None:
+    from tempomem.storage.store_ref import looks_like_store
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    assert not looks_like_store(tmp_path / "empty") and not looks_like_store(tmp_path / "other")
+    store_id(tmp_path / "new")
+    assert looks_like_store(tmp_path / "new")
+    for name in ("daily", "audit", "index", ".capture-intake", ".capture-intake-schema"):
+        (tmp_path / f"old{name}").mkdir()
+        (tmp_path / f"old{name}" / name).mkdir()  # any one of them, without an id file
+        assert looks_like_store(tmp_path / f"old{name}"), name
+        assert read_store_id(tmp_path / f"old{name}") is None  # and looking never writes one
