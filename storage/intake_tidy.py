@@ -140,7 +140,7 @@ def intake_folders(intake: Intake) -> list[Path]:
 def _names(folder: Path) -> list[str]:
     try:
         return os.listdir(folder)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a file in a folder's place is reported elsewhere
         return []
 
 

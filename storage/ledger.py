@@ -69,6 +69,8 @@ class Ledger:
             # committed, so finishing the creation loses nothing and vouches for nothing new.
             atomic_write(self.marker, SCHEMA_VERSION)
             return True
+        if _present(self.dir):  # a file or symlink in its place is named, never a raw OSError
+            _check_dir(os.lstat(self.dir), "ledger folder")
         if not any(parts.values()):
             if _present(self.dir) and any(os.scandir(self.dir)):
                 raise LedgerIntegrityError("ledger shards exist without a catalog or schema marker")

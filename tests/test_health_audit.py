@@ -309,6 +309,15 @@ def test_health_accepts_an_append_its_record_vouches_for_and_reports_a_corrupt_l
     assert r.problems[0].endswith("has an uncatalogued entry without an exact intake receipt")
 
 
+def test_a_file_in_place_of_the_ledger_folder_is_reported_not_raised(intake: Intake) -> None:
+    """Health over a hand-made mess: a file where the ledger folder belongs is a named problem (before,
+    a raw NotADirectoryError escaped health, admission and tidy)."""
+    intake.ensure_layout()
+    (intake.base / "ledger").touch(mode=0o600)
+    status, _, problems, _ = report(intake)
+    assert status == "degraded" and "ledger: ledger folder is not a directory" in problems
+
+
 def test_every_bad_receipt_is_reported_and_every_folder_mode_checked(intake: Intake) -> None:
     records = [admit(intake, f"r{i}") for i in range(2)]
     for record in records:

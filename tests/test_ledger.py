@@ -429,8 +429,9 @@ def test_each_ledger_failure_names_its_exact_reason(
             ),
             "ledger folder is not a directory",
         ),
+        (lambda d: (d.rmdir(), d.touch(mode=0o700)), "ledger folder is not a directory"),
     ],
-    ids=["open_mode", "foreign_owner", "symlink"],
+    ids=["open_mode", "foreign_owner", "symlink", "file"],
 )
 def test_the_ledger_folder_is_checked_before_the_first_commit(tmp_path: Path, tamper, reason: str) -> None:
     from tempomem.storage.ledger import Ledger, LedgerIntegrityError

@@ -245,3 +245,24 @@ def test_INTAKE29_the_intake_and_both_downstream_paths_are_bounded_and_observabl
         assert "Porto" not in last.model_dump_json() and "Noted" not in last.model_dump_json()
     finally:
         publisher.close()
+
+
+def test_a_failing_transition_callback_is_logged_by_name_only(tmp_path: Path, caplog) -> None:
+    """INTAKE-32: the intake's own notification hook fails; the admission stands and one content-free
+    warning names what failed."""
+    import logging
+
+    from tempomem.storage.admission import admit_turn
+    from tempomem.storage.intake import Intake
+
+    def hook() -> None:
+        raise RuntimeError("Marten-Quill-4410 secret")
+
+    intake = Intake(tmp_path / "mem")
+    intake.on_transition = hook
+    caplog.set_level(logging.WARNING, logger="tempomem.intake")
+    result = admit_turn(intake, turn("h1"), tier="lite", write_mode="append-host-summary")
+    assert result.status is AdmissionStatus.ADMITTED
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [
+        ("tempomem.intake", "transition notification failed")
+    ]

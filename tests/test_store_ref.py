@@ -102,3 +102,16 @@ def test_a_folder_is_a_store_when_it_holds_an_id_or_what_an_older_store_held(tmp
         (tmp_path / f"old{name}" / name).mkdir()  # any one of them, without an id file
         assert looks_like_store(tmp_path / f"old{name}"), name
         assert read_store_id(tmp_path / f"old{name}") is None  # and looking never writes one
+
+
+def test_reading_an_existing_id_writes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    first = store_id(root)
+    os.chmod(root, 0o500)  # a store mounted read-only, say: its id is still known
+    try:
+        before = os.stat(root)
+        assert store_id(root) == first
+        after = os.stat(root)
+    finally:
+        os.chmod(root, 0o700)
+    assert (after.st_mtime_ns, stat.S_IMODE(after.st_mode)) == (before.st_mtime_ns, 0o500)
