@@ -29,6 +29,7 @@ def clean_text(text: str) -> str:
     """``text`` without terminal escapes, control characters (tab and line breaks kept) or bidi controls."""
     return _CONTROLS.sub("", _ANSI.sub("", text))
 
+
 _SUMMARY_PREFIX: dict[SourceLabel, str] = {
     "user": "Assistant",
     "scheduled-task": "Scheduled task, assistant",

@@ -55,6 +55,7 @@ def ensure_private_dir(path: Path, *, strict: bool = False) -> Path:
             ensure_private_dir(parent)
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, DIR_MODE)
+            os.chmod(path, DIR_MODE)  # made here: owner-only whatever the umask, so strict never refuses it
             fsync_dir(path.parent)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):

@@ -215,6 +215,8 @@ class Ledger:
         new_shard = not _present(path)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
         try:
+            if new_shard:
+                os.fchmod(fd, FILE_MODE)  # whatever the umask (an existing shard was checked by lookup)
             _check_file(os.fstat(fd), f"ledger shard {index:02x}")
             os.write(fd, entry_bytes(record_id, payload_sha256))
             os.fsync(fd)
@@ -235,9 +237,9 @@ class Ledger:
         """Create marker, ledger folder and an empty catalog on first use. True when created now."""
         if self.exists():
             return False
-        if not _present(self.dir):
+        if not _present(self.dir):  # one that was there already was checked by exists()
             os.mkdir(self.dir, DIR_MODE)
-        _check_dir(os.lstat(self.dir), "ledger folder")
+            os.chmod(self.dir, DIR_MODE)  # whatever the umask
         self._write_catalog([(0, EMPTY_DIGEST)] * CATALOG_SLOTS)
         atomic_write(self.marker, SCHEMA_VERSION)
         return True

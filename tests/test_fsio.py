@@ -266,3 +266,16 @@ def test_the_owner_and_mode_checks_only_inspect(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.lstat(d).st_mode) == 0o755  # nothing tightened
     with pytest.raises(UnsafePathError, match=r"has mode 755, expected 700$"):
         ensure_private_dir(d, strict=True)
+
+
+def test_a_private_dir_made_under_a_restrictive_umask_is_owner_only_and_accepted_strictly(
+    tmp_path: Path,
+) -> None:
+    from tempomem.storage.fsio import ensure_private_dir
+
+    old = os.umask(0o177)  # mkdir alone would give 0600: not even listable by its owner
+    try:
+        made = ensure_private_dir(tmp_path / "a" / "b", strict=True)
+    finally:
+        os.umask(old)
+    assert {stat.S_IMODE(os.stat(p).st_mode) for p in (made, made.parent)} == {0o700}

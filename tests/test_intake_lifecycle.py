@@ -472,3 +472,77 @@ def test_a_plan_is_bounded_like_a_record_and_stamps_the_state(
     intake.begin_attempt(other, now=T0)
     intake.resolve(other, outcome="success", now=T0)
     assert intake.view(other, now=T0).revision == 0
+
+
+@pytest.mark.parametrize(
+    ("spoil", "reason"),
+    [
+        (lambda p: p.chmod(0o644), "has mode 644, expected 600"),
+        (lambda p: os.link(p, p.with_name("copy")), "has 2 links"),
+        (lambda p: p.write_bytes(b" " * (intake_mod.MAX_RECORD_BYTES + 1)),
+         f"is {intake_mod.MAX_RECORD_BYTES + 1} bytes, more than {intake_mod.MAX_RECORD_BYTES}"),
+    ],
+    ids=["mode", "links", "size"],
+)  # fmt: skip
+def test_a_record_file_not_as_the_intake_wrote_it_is_refused_by_path_and_reason(
+    intake: Intake, spoil, reason: str
+) -> None:
+    """INTAKE-09/10: records are read strictly (one link, 0600, bounded); the error says where and why."""
+    record = admit(intake, "r-spoiled")
+    path = intake.pending_dir / record
+    spoil(path)
+    with pytest.raises(IntakeCorruptError) as err:
+        intake.load_payload(record)
+    assert str(err.value) == f"{path} {reason}"
+
+
+def test_a_folder_the_intake_did_not_make_is_refused_by_path(intake: Intake) -> None:
+    intake.ensure_layout()
+    intake.dead_dir.chmod(0o750)
+    with pytest.raises(IntakeCorruptError) as err:
+        intake.ensure_layout()
+    assert str(err.value) == f"{intake.dead_dir} has mode 750, expected 700"
+
+
+def test_admission_refusals_say_what_was_refused(intake: Intake, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tempomem.storage.intake_records import IntakeCapacityError, IntakeConflictError, build_payload
+
+    def payload(run_id: str, answer: str = "an answer"):
+        turn = CompletedTurn(run_id=run_id, conversation_id="web:c1", final_answer=answer, admitted_at=T0)
+        return build_payload(turn, write_mode="append-host-summary", tier="lite")
+
+    first = payload("r-a")
+    intake.admit(first)
+    with pytest.raises(IntakeConflictError) as err:
+        intake.admit(payload("r-a", "another answer"))
+    assert str(err.value) == (
+        f"run id of intake record {first.id} was admitted before with different payload bytes"
+    )
+    monkeypatch.setattr(intake_mod, "MAX_ACTIVE_RECORDS", 1)
+    with pytest.raises(IntakeCapacityError) as err:
+        intake.admit(payload("r-b"))
+    assert str(err.value) == "1 active intake records; admission refused"
+    monkeypatch.setattr(intake_mod, "MAX_RECORD_BYTES", 100)
+    big = payload("r-c")
+    size = len(json.dumps(big.model_dump(), sort_keys=True, separators=(",", ":")).encode())
+    with pytest.raises(IntakeError) as err:
+        intake.admit(big)
+    assert str(err.value) == f"record is {size} bytes, more than 100"
+
+
+def test_state_files_beside_records_do_not_count_towards_capacity(
+    intake: Intake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(intake_mod, "MAX_ACTIVE_RECORDS", 4)
+    for run_id in ("r-1", "r-2"):
+        intake.begin_attempt(admit(intake, run_id), now=T0)  # a record and its state file each
+    assert len(os.listdir(intake.pending_dir)) == 4
+    admit(intake, "r-3")  # two records of four allowed: admitted
+
+
+def test_a_bad_id_is_echoed_at_most_80_characters() -> None:
+    from tempomem.storage.intake_records import check_record_id
+
+    with pytest.raises(UnknownRecordError) as err:
+        check_record_id("z" * 200)
+    assert str(err.value) == f"not a 64-character lowercase hex intake id: {'z' * 80!r}"

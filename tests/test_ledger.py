@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -541,3 +542,28 @@ def test_an_entry_of_the_wrong_size_is_refused_by_name() -> None:
     with pytest.raises(ValueError) as err:
         entry_bytes("a" * 63, "b" * 64)
     assert str(err.value) == "ledger entries are exactly 129 bytes"
+
+
+def test_a_restrictive_umask_still_makes_a_usable_ledger_folder(tmp_path: Path) -> None:
+    old = os.umask(0o277)  # alone, mkdir would make the folder 0500 and open the shard 0400
+    try:
+        admit(tmp_path / "mem", "run-u")
+    finally:
+        os.umask(old)
+    ledger_dir = tmp_path / "mem" / ".capture-intake" / "ledger"
+    assert stat.S_IMODE(os.stat(ledger_dir).st_mode) == 0o700
+    assert {stat.S_IMODE(os.stat(p).st_mode) for p in ledger_dir.iterdir()} == {0o600}
+    assert Intake(tmp_path / "mem").ledger.lookup(intake_id("run-u"), lambda *_: False) is not None
+
+
+def test_a_second_payload_hash_for_one_id_is_refused_by_the_ledger_itself(tmp_path: Path) -> None:
+    from tempomem.storage.ledger import LedgerIntegrityError
+
+    intake = Intake(tmp_path / "mem")
+    intake.ensure_layout()
+    record = intake_id("run-l")
+    assert intake.ledger.append(record, "1" * 64, lambda *_: False)
+    assert not intake.ledger.append(record, "1" * 64, lambda *_: False)  # the same commitment: no-op
+    with pytest.raises(LedgerIntegrityError) as err:
+        intake.ledger.append(record, "2" * 64, lambda *_: False)
+    assert str(err.value) == "ledger already commits this run id with another payload hash"
