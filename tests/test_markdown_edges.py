@@ -205,6 +205,7 @@ def test_one_day_reads_like_the_whole_folder_and_names_that_are_not_days_read_no
     whole = [b for day, b in iter_bullets(tmp_path) if day == "2026-12-01"]
     assert [b.id for b in iter_day_bullets(tmp_path, "2026-12-01")] == [b.id for b in whole]
     assert [b.text for b in whole] == ["The ferry leaves at seven.", "Water the ferns on Sunday"]
+    assert whole[1].recorded == "2026-12-01T00:00:00.000Z"  # a note is dated by its file's day
     assert list(iter_day_bullets(tmp_path, "2026-12-02")) == []
     assert list(iter_day_bullets(tmp_path, "notes")) == []
 
@@ -216,3 +217,10 @@ def test_a_bullet_with_half_a_comment_is_not_a_note(line: str) -> None:
 
     assert plain_note("2026-12-01", "- Meet Ana at the dock") is not None
     assert plain_note("2026-12-01", line) is None
+
+
+def test_the_same_note_written_twice_in_one_day_is_two_memories(tmp_path: Path) -> None:
+    daily(tmp_path, HEAD + "- Buy oat milk\n- Buy oat milk\n")
+    notes = [b for _, b in iter_bullets(tmp_path)]
+    assert [b.text for b in notes] == ["Buy oat milk", "Buy oat milk"]
+    assert len({b.id for b in notes}) == 2
