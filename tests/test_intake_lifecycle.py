@@ -546,3 +546,11 @@ def test_a_bad_id_is_echoed_at_most_80_characters() -> None:
     with pytest.raises(UnknownRecordError) as err:
         check_record_id("z" * 200)
     assert str(err.value) == f"not a 64-character lowercase hex intake id: {'z' * 80!r}"
+
+
+def test_a_record_is_utf8_json_not_ascii_escapes(intake: Intake) -> None:
+    """Records are canonical JSON in UTF-8 (a character is its own bytes, never a \\u escape): the
+    payload hash and the size bound see the text as written."""
+    record = admit(intake, "r-café ☕", write_mode="append-host-summary")
+    data = (intake.pending_dir / record).read_bytes()
+    assert "answer r-café ☕".encode() in data and b"\\u" not in data
