@@ -45,6 +45,8 @@ print("[tool.mutmut]")
 print('source_paths = ["src"]')
 print("only_mutate = " + arr(mm["only_mutate"]))
 print("do_not_mutate_patterns = " + arr(mm.get("do_not_mutate_patterns", [])))
+if "timeout_multiplier" in mm:
+    print(f"timeout_multiplier = {mm['timeout_multiplier']}")
 print("pytest_add_cli_args_test_selection = " + arr(tests))
 print("pytest_add_cli_args = " + arr(["-p", "no:cacheprovider", "-m", "not slow and not crash",
                                      "--hypothesis-profile=mutation"]))
