@@ -554,3 +554,16 @@ def test_a_record_is_utf8_json_not_ascii_escapes(intake: Intake) -> None:
     record = admit(intake, "r-café ☕", write_mode="append-host-summary")
     data = (intake.pending_dir / record).read_bytes()
     assert "answer r-café ☕".encode() in data and b"\\u" not in data
+
+
+def test_a_record_of_exactly_the_bound_is_kept_whole() -> None:
+    """AMB-12's bound is inclusive: a record of exactly MAX_RECORD_BYTES is not cut."""
+    from tempomem.storage.intake_records import build_payload, canonical_json, fit_record
+
+    turn = CompletedTurn(run_id="r", conversation_id="c", user_text="x", final_answer="a", admitted_at=T0)
+    payload = build_payload(turn, write_mode="capture", tier="bujo")
+    size = len(canonical_json(payload.model_dump()))
+    grown = "x" * (len(payload.capture_user_text) + intake_mod.MAX_RECORD_BYTES - size)
+    exact = payload.model_copy(update={"capture_user_text": grown})
+    assert len(canonical_json(exact.model_dump())) == intake_mod.MAX_RECORD_BYTES
+    assert fit_record(exact) == exact
