@@ -567,3 +567,16 @@ def test_a_record_of_exactly_the_bound_is_kept_whole() -> None:
     exact = payload.model_copy(update={"capture_user_text": grown})
     assert len(canonical_json(exact.model_dump())) == intake_mod.MAX_RECORD_BYTES
     assert fit_record(exact) == exact
+
+
+def test_an_oversized_text_is_cut_only_as_far_as_the_bound_needs() -> None:
+    """AMB-12: the cut keeps as much of the owner's text as fits, then the marker."""
+    from tempomem.storage.intake_records import TRUNCATION_MARKER, build_payload, canonical_json
+
+    big = "x" * intake_mod.MAX_RECORD_BYTES
+    turn = CompletedTurn(run_id="r", conversation_id="c", user_text=big, final_answer="a", admitted_at=T0)
+    payload = build_payload(turn, write_mode="capture", tier="bujo")
+    size = len(canonical_json(payload.model_dump()))
+    assert intake_mod.MAX_RECORD_BYTES - 64 <= size <= intake_mod.MAX_RECORD_BYTES
+    assert payload.capture_user_text.endswith(TRUNCATION_MARKER)
+    assert set(payload.capture_user_text.removesuffix(TRUNCATION_MARKER)) == {"x"}
