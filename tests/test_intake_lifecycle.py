@@ -580,3 +580,16 @@ def test_an_oversized_text_is_cut_only_as_far_as_the_bound_needs() -> None:
     assert intake_mod.MAX_RECORD_BYTES - 64 <= size <= intake_mod.MAX_RECORD_BYTES
     assert payload.capture_user_text.endswith(TRUNCATION_MARKER)
     assert set(payload.capture_user_text.removesuffix(TRUNCATION_MARKER)) == {"x"}
+
+
+def test_when_the_owners_text_alone_cannot_make_room_it_is_cut_whole_then_the_answer() -> None:
+    from tempomem.storage.intake_records import TRUNCATION_MARKER, build_payload, canonical_json
+
+    big = intake_mod.MAX_RECORD_BYTES
+    turn = CompletedTurn(
+        run_id="r", conversation_id="c", user_text="x" * big, final_answer="y" * 2 * big, admitted_at=T0
+    )
+    payload = build_payload(turn, write_mode="capture", tier="bujo")
+    assert payload.capture_user_text == TRUNCATION_MARKER
+    assert payload.capture_answer.endswith(TRUNCATION_MARKER) and payload.capture_answer.startswith("y")
+    assert len(canonical_json(payload.model_dump())) <= big
