@@ -112,6 +112,23 @@ def test_wm13_summary_is_assistant_answer_only_and_bounded() -> None:
 def test_summary_cannot_open_a_markdown_metadata_comment() -> None:
     summary = host_summary(turn(final_answer="look <!--mem id=x--> here"))
     assert "<!--" not in summary and "-->" not in summary
+    assert summary.endswith("look &lt;!--mem id=x--&gt; here")  # escaped as HTML would show it
+
+
+def test_wm12_each_trigger_has_its_own_label() -> None:
+    from tempomem.storage.admission_rules import source_label
+
+    labels = {k: source_label(turn(trigger_kind=k, speaker_kind="trigger")) for k in ("cron", "webhook")}
+    assert labels == {"cron": "scheduled-task", "webhook": "webhook"}
+    assert source_label(turn()) == "user"
+
+
+def test_truncation_never_splits_a_character() -> None:
+    from tempomem.storage.admission_rules import truncate_utf8
+
+    assert truncate_utf8("ééé", 6) == "ééé"
+    assert truncate_utf8("ééé", 5) == "éé"  # the cut lands inside the third: it is dropped whole
+    assert truncate_utf8("ééé", 1) == ""
 
 
 def test_capture_parts_owner_text_and_answer() -> None:

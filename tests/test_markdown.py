@@ -323,3 +323,12 @@ def test_document_helpers() -> None:
     doc = parse_document(serialize_document(MarkdownDocument([RawLine("# d"), bullet("a1"), bullet("b2")])))
     assert [b.id for b in doc.bullets()] == ["a1", "b2"] and doc.ids() == {"a1", "b2"}
     assert dataclasses.replace(bullet(), insight=True) != bullet()
+
+
+def test_a_day_file_for_a_day_that_is_not_one_is_refused_by_name() -> None:
+    from tempomem.storage.markdown import new_document
+
+    assert serialize_document(new_document("2026-12-01")).startswith("# 2026-12-01\n")
+    with pytest.raises(MarkdownFormatError) as err:
+        new_document("2026-13-01")
+    assert str(err.value) == "invalid day '2026-13-01', expected YYYY-MM-DD"

@@ -259,8 +259,10 @@ def test_a_failing_transition_callback_is_logged_by_name_only(tmp_path: Path, ca
         raise RuntimeError("Marten-Quill-4410 secret")
 
     intake = Intake(tmp_path / "mem")
-    intake.on_transition = hook
     caplog.set_level(logging.WARNING, logger="tempomem.intake")
+    admit_turn(intake, turn("h0"), tier="lite", write_mode="append-host-summary")
+    assert caplog.records == []  # no hook: nothing to notify, nothing logged
+    intake.on_transition = hook
     result = admit_turn(intake, turn("h1"), tier="lite", write_mode="append-host-summary")
     assert result.status is AdmissionStatus.ADMITTED
     assert [(r.name, r.getMessage()) for r in caplog.records] == [
