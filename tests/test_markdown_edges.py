@@ -13,10 +13,19 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tempomem.recall.index import MemoryIndex, RebuildShrinkError
+from tempomem.storage import markdown
 from tempomem.storage.admission import admit_turn
 from tempomem.storage.health import audit
 from tempomem.storage.intake import Intake
-from tempomem.storage.markdown import damaged_bullets, iter_bullets, parse_document, serialize_document
+from tempomem.storage.markdown import (
+    Bullet,
+    append_bullets,
+    damaged_bullets,
+    iter_bullets,
+    parse_document,
+    read_document,
+    serialize_document,
+)
 from tempomem.storage.projection import project
 from tempomem.storage.turn import AdmissionStatus, CompletedTurn
 
@@ -224,3 +233,90 @@ def test_the_same_note_written_twice_in_one_day_is_two_memories(tmp_path: Path) 
     notes = [b for _, b in iter_bullets(tmp_path)]
     assert [b.text for b in notes] == ["Buy oat milk", "Buy oat milk"]
     assert len({b.id for b in notes}) == 2
+
+
+# Appending to a day file this process wrote last skips the parse (issue #15 item 2: an append used to
+# cost O(lines in the day)). The bytes must be exactly those of a full re-read and rewrite (PROV-22), and
+# a file anyone else changed since must be read again, never overwritten from memory.
+APPEND_DAY = "2026-12-01"
+
+
+def numbered(i: int, text: str | None = None) -> Bullet:
+    return Bullet(
+        signifier="–",
+        text=text or f"Observation number {i} about the greenhouse.",
+        id=f"h-{i:040d}",
+        type="observation",
+        status="open",
+        recorded=f"{APPEND_DAY}T09:{i:02d}:00.000Z",
+        src="assistant",
+    )
+
+
+def test_appends_from_memory_write_the_bytes_a_full_rewrite_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remembered, reread = tmp_path / "a" / f"{APPEND_DAY}.md", tmp_path / "b" / f"{APPEND_DAY}.md"
+    for i in range(6):
+        assert append_bullets(remembered, APPEND_DAY, [numbered(i)]) == 1
+        monkeypatch.setattr(markdown, "_WRITTEN", {})  # the other file: parsed again every time
+        assert append_bullets(reread, APPEND_DAY, [numbered(i)]) == 1
+    assert remembered.read_bytes() == reread.read_bytes()
+    assert remembered.read_text() == serialize_document(read_document(remembered))
+    assert append_bullets(remembered, APPEND_DAY, [numbered(3), numbered(3)]) == 0  # already there: untouched
+    assert append_bullets(remembered, APPEND_DAY, [numbered(9), numbered(9)]) == 1  # one line per id
+
+
+def test_a_file_changed_by_someone_else_is_read_again(tmp_path: Path) -> None:
+    path = tmp_path / f"{APPEND_DAY}.md"
+    append_bullets(path, APPEND_DAY, [numbered(1)])
+    # A person edits the note in place (same file, other size) and adds a plain line of their own.
+    edited = path.read_text().replace("number 1", "number one") + "- bought seeds\n"
+    path.write_text(edited)
+    assert append_bullets(path, APPEND_DAY, [numbered(2)]) == 1
+    text = path.read_text()
+    assert "number one" in text and "bought seeds" in text and "number 2" in text
+    assert text == serialize_document(read_document(path))
+    # Replaced by another file (a restore, an editor's save-as-rename): read again as well.
+    other = tmp_path / "other.md"
+    other.write_text(f"# {APPEND_DAY}\n\n")
+    other.replace(path)
+    assert append_bullets(path, APPEND_DAY, [numbered(3)]) == 1
+    assert [b.id for b in read_document(path).bullets()] == [numbered(3).id]
+
+
+def test_appends_to_a_file_with_bytes_that_are_not_utf8_keep_those_bytes(tmp_path: Path) -> None:
+    """A torn character someone left in a day file survives our appends byte for byte (read with
+    surrogateescape, written back the same way), whether the append parses the file or not."""
+    path = tmp_path / f"{APPEND_DAY}.md"
+    torn = b"- a note with a torn \xe2\x80 character\n"
+    path.write_bytes(f"# {APPEND_DAY}\n\n".encode() + torn)
+    assert append_bullets(path, APPEND_DAY, [numbered(1)]) == 1  # parsed
+    assert append_bullets(path, APPEND_DAY, [numbered(2)]) == 1  # from memory
+    data = path.read_bytes()
+    assert torn in data and [b.id for b in read_document(path).bullets()] == [numbered(1).id, numbered(2).id]
+
+
+META = "  <!--mem id=h-1 type=observation status=open recorded=2026-12-01T10:00:00.000Z{}-->\n"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        " source_session",  # a key without "="
+        "  source_session=web",  # two spaces: not the canonical form
+        " entities=%FF",  # not UTF-8 once decoded
+    ],
+    ids=["bare_key", "double_space", "bad_escape"],
+)
+def test_hand_damaged_metadata_is_a_damaged_bullet(tmp_path: Path, extra: str) -> None:
+    daily(tmp_path, HEAD + "- – The ferry leaves at seven.\n" + META.format(extra))
+    assert damaged_bullets(tmp_path) == ["daily/2026-12-01.md:4"]
+
+
+def test_a_value_with_an_equals_sign_is_split_at_the_first_one(tmp_path: Path) -> None:
+    """``key=value`` splits at the first "=": a hand-typed "=" in a value spoils only that value (an
+    unreadable session is unknown, PROV-15), never the bullet."""
+    daily(tmp_path, HEAD + "- – The ferry leaves at seven.\n" + META.format(" source_session=web:a=b"))
+    assert damaged_bullets(tmp_path) == []
+    assert [(b.id, b.source_session) for _, b in iter_bullets(tmp_path)] == [("h-1", None)]
