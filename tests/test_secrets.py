@@ -112,3 +112,11 @@ def test_no_locomo_turn_is_redacted() -> None:
     ]
     assert len(texts) > 2000
     assert [t for t in texts if redact(t)[1]] == []
+
+
+def test_every_redaction_is_counted_and_quotes_around_a_value_are_kept() -> None:
+    assert redact(f"{KEYS[0]} and {KEYS[1]}")[1] == 2
+    urls = "postgres://bob:hunter2x@db.local/x and https://al:s3cr3t99@api.local/"
+    assert redact(urls) == (f"postgres://bob:{MARKER}@db.local/x and https://al:{MARKER}@api.local/", 2)
+    labelled = 'password: "hunter2-pass" and token = \'tok-88421-z\' ok'
+    assert redact(labelled) == (f'password: "{MARKER}" and token = \'{MARKER}\' ok', 2)
