@@ -237,25 +237,36 @@ def test_session_encoding_limits() -> None:
 
 
 @pytest.mark.parametrize(
-    "kw",
+    ("kw", "message"),
     [
-        {"text": "two\nlines"},
-        {"text": "cr\rline"},
-        {"text": "ends -->"},
-        {"text": "opens <!-- here"},
-        {"text": ""},
-        {"id": "-leading-dash"},
-        {"id": "has space"},
-        {"id": "x" * 129},
-        {"signifier": "*"},
-        {"status": "maybe"},
-        {"src": "model"},
-        {"text": "lone \udc80 surrogate"},
+        ({"text": "two\nlines"}, "text must be one non-empty line"),
+        ({"text": "cr\rline"}, "text must be one non-empty line"),
+        ({"text": "ends -->"}, "text must not open or close an HTML comment"),
+        ({"text": "opens <!-- here"}, "text must not open or close an HTML comment"),
+        ({"text": ""}, "text must be one non-empty line"),
+        ({"id": "-leading-dash"}, "invalid id '-leading-dash'"),
+        ({"id": "has space"}, "invalid id 'has space'"),
+        ({"id": "x" * 129}, f"invalid id {'x' * 129!r}"),
+        ({"signifier": "*"}, "unknown signifier '*'"),
+        ({"status": "maybe"}, "unknown status 'maybe'"),
+        ({"src": "model"}, "unknown src 'model'"),
+        ({"text": "lone \udc80 surrogate"}, "text is not valid UTF-8 text"),
+        ({"recorded": ""}, "type and recorded are required"),
+        ({"type": ""}, "type and recorded are required"),
     ],
 )
-def test_unserializable_bullets_raise_typed_error(kw: dict[str, str]) -> None:
-    with pytest.raises(MarkdownFormatError):
+def test_unserializable_bullets_raise_typed_error(kw: dict[str, str], message: str) -> None:
+    with pytest.raises(MarkdownFormatError) as err:
         bullet(**kw)  # type: ignore[arg-type]
+    assert str(err.value) == message
+
+
+def test_a_raw_line_with_a_line_break_is_refused_by_name() -> None:
+    from tempomem.storage.markdown import RawLine
+
+    with pytest.raises(MarkdownFormatError) as err:
+        RawLine("one\ntwo")
+    assert str(err.value) == "a raw line cannot contain a newline"
 
 
 def test_serialize_rejects_tampered_raw_line() -> None:
