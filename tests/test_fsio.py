@@ -271,11 +271,61 @@ def test_the_owner_and_mode_checks_only_inspect(tmp_path: Path) -> None:
 def test_a_private_dir_made_under_a_restrictive_umask_is_owner_only_and_accepted_strictly(
     tmp_path: Path,
 ) -> None:
-    from tempomem.storage.fsio import ensure_private_dir
-
     old = os.umask(0o177)  # mkdir alone would give 0600: not even listable by its owner
     try:
         made = ensure_private_dir(tmp_path / "a" / "b", strict=True)
     finally:
         os.umask(old)
     assert {stat.S_IMODE(os.stat(p).st_mode) for p in (made, made.parent)} == {0o700}
+
+
+def test_making_a_private_dir_never_touches_a_parent_that_exists(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)  # a user's folder: the store lives inside it, but it is not ours to tighten
+    ensure_private_dir(shared / "mem" / "daily")
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(shared / "mem").st_mode) == 0o700
+
+
+def test_a_folder_another_process_creates_first_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two first users of a store race between the existence check and mkdir: the loser goes on."""
+    from tempomem.storage import fsio
+
+    real_mkdir = os.mkdir
+
+    def raced(path: Path, mode: int = 0o777) -> None:  # os.mkdir's shape
+        real_mkdir(path, 0o700)  # the other process wins the race
+        return real_mkdir(path, mode)
+
+    monkeypatch.setattr(fsio.os, "mkdir", raced)
+    made = fsio.ensure_private_dir(tmp_path / "mem")
+    assert made.is_dir() and stat.S_IMODE(os.stat(made).st_mode) == 0o700
+
+
+def test_a_folder_owned_by_someone_else_is_refused_by_name(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 12345, 12345)
+    with pytest.raises(UnsafePathError) as err:
+        ensure_private_dir(theirs)
+    assert str(err.value) == f"{theirs} is owned by uid 12345, not {os.geteuid()}"
+
+
+def test_an_atomic_write_truncates_a_temp_file_a_killed_writer_left(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    stale = tmp_path / f".f.tmp-{os.getpid()}"
+    stale.write_bytes(b"x" * 100)  # a killed writer of this pid's name, longer than the new bytes
+    atomic_write(path, b"short")
+    assert path.read_bytes() == b"short" and not stale.exists()
+
+
+def test_an_atomic_write_never_follows_a_symlink_at_its_temp_name(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"keep")
+    (tmp_path / f".f.tmp-{os.getpid()}").symlink_to(outside)
+    with pytest.raises(OSError):
+        atomic_write(tmp_path / "f", b"data")
+    assert outside.read_bytes() == b"keep" and not (tmp_path / "f").exists()
