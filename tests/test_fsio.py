@@ -329,3 +329,12 @@ def test_an_atomic_write_never_follows_a_symlink_at_its_temp_name(tmp_path: Path
     with pytest.raises(OSError):
         atomic_write(tmp_path / "f", b"data")
     assert outside.read_bytes() == b"keep" and not (tmp_path / "f").exists()
+
+
+def test_a_file_owned_by_someone_else_is_refused_by_name(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.write_bytes(b"x")
+    os.chown(theirs, 12345, 12345)
+    with pytest.raises(UnsafePathError) as err:
+        read_private_file(theirs)
+    assert str(err.value) == f"{theirs} is owned by uid 12345, not {os.geteuid()}"

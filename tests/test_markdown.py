@@ -253,6 +253,9 @@ def test_session_encoding_limits() -> None:
         ({"text": "lone \udc80 surrogate"}, "text is not valid UTF-8 text"),
         ({"recorded": ""}, "type and recorded are required"),
         ({"type": ""}, "type and recorded are required"),
+        ({"attr": "robot"}, "unknown attr 'robot'"),
+        ({"labels": "a\udc80"}, "labels is not valid UTF-8 text"),
+        ({"entities": ("ok", "b\udc80")}, "entities is not valid UTF-8 text"),
     ],
 )
 def test_unserializable_bullets_raise_typed_error(kw: dict[str, str], message: str) -> None:
@@ -343,3 +346,7 @@ def test_a_day_file_for_a_day_that_is_not_one_is_refused_by_name() -> None:
     with pytest.raises(MarkdownFormatError) as err:
         new_document("2026-13-01")
     assert str(err.value) == "invalid day '2026-13-01', expected YYYY-MM-DD"
+
+
+def test_entities_are_kept_as_a_tuple() -> None:
+    assert bullet(entities=["person:ana", "place:porto"]).entities == ("person:ana", "place:porto")

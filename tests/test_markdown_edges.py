@@ -187,6 +187,8 @@ def test_a_day_file_with_bytes_that_are_not_utf8_is_reported_not_fatal(tmp_path:
     day.parent.mkdir(parents=True)
     day.write_bytes(b"# 2026-12-01\n\n- \xe2\x80 torn <!--mem id=c-0001 type=fact-->\n")
     assert damaged_bullets(tmp_path) == ["daily/2026-12-01.md:3"]
+    day.write_bytes(b"# 2026-12-01\n\n- a plain note with a torn \xe2\x80 character\n")
+    assert list(iter_bullets(tmp_path)) == []  # not a note Bullet can hold; reading goes on
 
 
 def test_a_two_line_bullet_on_the_first_lines_is_whole_and_a_leading_comment_is_damage(
@@ -228,11 +230,17 @@ def test_a_bullet_with_half_a_comment_is_not_a_note(line: str) -> None:
     assert plain_note("2026-12-01", line) is None
 
 
-def test_the_same_note_written_twice_in_one_day_is_two_memories(tmp_path: Path) -> None:
-    daily(tmp_path, HEAD + "- Buy oat milk\n- Buy oat milk\n")
+def test_the_same_note_written_three_times_in_one_day_is_three_memories(tmp_path: Path) -> None:
+    """A note's id is u- and 40 hex of sha256(day, text, occurrence): stable across versions, since the
+    index and the replay sidecar refer to it."""
+    import hashlib
+
+    daily(tmp_path, HEAD + "- Buy oat milk\n" * 3)
     notes = [b for _, b in iter_bullets(tmp_path)]
-    assert [b.text for b in notes] == ["Buy oat milk", "Buy oat milk"]
-    assert len({b.id for b in notes}) == 2
+    assert [(b.text, b.attr, b.src) for b in notes] == [("Buy oat milk", "owner", "user")] * 3
+    assert [b.id for b in notes] == [
+        "u-" + hashlib.sha256(f"2026-12-01\nBuy oat milk\n{k}".encode()).hexdigest()[:40] for k in range(3)
+    ]
 
 
 # Appending to a day file this process wrote last skips the parse (issue #15 item 2: an append used to
