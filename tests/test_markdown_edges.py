@@ -187,8 +187,6 @@ def test_a_day_file_with_bytes_that_are_not_utf8_is_reported_not_fatal(tmp_path:
     day.parent.mkdir(parents=True)
     day.write_bytes(b"# 2026-12-01\n\n- \xe2\x80 torn <!--mem id=c-0001 type=fact-->\n")
     assert damaged_bullets(tmp_path) == ["daily/2026-12-01.md:3"]
-    day.write_bytes(b"# 2026-12-01\n\n- a plain note with a torn \xe2\x80 character\n")
-    assert list(iter_bullets(tmp_path)) == []  # not a note Bullet can hold; reading goes on
 
 
 def test_a_two_line_bullet_on_the_first_lines_is_whole_and_a_leading_comment_is_damage(
@@ -328,3 +326,8 @@ def test_a_value_with_an_equals_sign_is_split_at_the_first_one(tmp_path: Path) -
     daily(tmp_path, HEAD + "- – The ferry leaves at seven.\n" + META.format(" source_session=web:a=b"))
     assert damaged_bullets(tmp_path) == []
     assert [(b.id, b.source_session) for _, b in iter_bullets(tmp_path)] == [("h-1", None)]
+
+
+def test_a_plain_line_with_a_torn_character_is_skipped_not_fatal(tmp_path: Path) -> None:
+    daily(tmp_path, "", raw=b"# 2026-12-01\n\n- a plain note with a torn \xe2\x80 character\n")
+    assert list(iter_bullets(tmp_path)) == []  # not a note Bullet can hold; reading goes on
