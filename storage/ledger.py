@@ -19,7 +19,14 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from tempomem.storage.fsio import atomic_write, foreign_owner, fsync_dir, read_private_file, wrong_mode
+from tempomem.storage.fsio import (
+    atomic_write,
+    ensure_private_dir,
+    foreign_owner,
+    fsync_dir,
+    read_private_file,
+    wrong_mode,
+)
 from tempomem.storage.limits import CATALOG_SLOTS, DIR_MODE, FILE_MODE, LEDGER_ENTRY_BYTES, LEDGER_SHARDS
 
 SCHEMA_MARKER = ".capture-intake-schema"
@@ -69,10 +76,11 @@ class Ledger:
             # committed, so finishing the creation loses nothing and vouches for nothing new.
             atomic_write(self.marker, SCHEMA_VERSION)
             return True
-        if _present(self.dir):  # a file or symlink in its place is named, never a raw OSError
+        folder = _present(self.dir)
+        if folder:  # a file or symlink in its place is named, never a raw OSError
             _check_dir(os.lstat(self.dir), "ledger folder")
         if not any(parts.values()):
-            if _present(self.dir) and any(os.scandir(self.dir)):
+            if folder and any(os.scandir(self.dir)):
                 raise LedgerIntegrityError("ledger shards exist without a catalog or schema marker")
             return False
         missing = [name for name, present in parts.items() if not present]
@@ -237,9 +245,7 @@ class Ledger:
         """Create marker, ledger folder and an empty catalog on first use. True when created now."""
         if self.exists():
             return False
-        if not _present(self.dir):  # one that was there already was checked by exists()
-            os.mkdir(self.dir, DIR_MODE)
-            os.chmod(self.dir, DIR_MODE)  # whatever the umask
+        ensure_private_dir(self.dir)  # 0700 whatever the umask; one already there was checked by exists()
         self._write_catalog([(0, EMPTY_DIGEST)] * CATALOG_SLOTS)
         atomic_write(self.marker, SCHEMA_VERSION)
         return True
