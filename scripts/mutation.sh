@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Mutation testing of the durability core (issue #13): mutmut 3 over storage/ and the commit path in
-# activities/ and capture/ (projection, intake bookkeeping, the reconcile activity, replay adoption, the
-# semantic commit).
+# Mutation testing (issue #13): mutmut 3 over one of two scopes, each with its own scratch directory and
+# results:
+#   core    (default) storage/ and the commit path in activities/ and capture/ (projection, intake
+#           bookkeeping, the reconcile activity, replay adoption, the semantic commit): [tool.mutmut] and
+#           tests/mutation_selection.txt, in .mutation/
+#   recall  recall/: [tool.tempomem.mutation-recall] and tests/mutation_selection_recall.txt, in
+#           .mutation-recall/
+# TEMPOMEM_MUTATION_SCOPE=recall picks the second.
 #
 #   bash scripts/mutation.sh            # run (or resume) and print the kill rate
 #   bash scripts/mutation.sh run NAME…  # run these mutants again (e.g. survivors, after new tests)
@@ -18,7 +23,15 @@
 # repository when the sources differ.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-work="${TEMPOMEM_MUTATION_DIR:-$root/.mutation}"
+scope="${TEMPOMEM_MUTATION_SCOPE:-core}"
+case "$scope" in
+  core) selection="$root/tests/mutation_selection.txt"; work="${TEMPOMEM_MUTATION_DIR:-$root/.mutation}" ;;
+  recall)
+    selection="$root/tests/mutation_selection_recall.txt"
+    work="${TEMPOMEM_MUTATION_DIR:-$root/.mutation-recall}"
+    ;;
+  *) echo "TEMPOMEM_MUTATION_SCOPE must be core or recall, not '$scope'" >&2; exit 2 ;;
+esac
 py="$root/.venv/bin/python"
 if ! "$py" -c "import mutmut" 2>/dev/null; then
   "$py" -m pip install -q -c "$root/constraints.txt" -e "$root[mutation]"
@@ -33,11 +46,13 @@ assemble() {
   cp -r "$root/tests" "$stage/tests"
   rm -f "$stage/tests/mutation_equivalent.txt"
   find "$stage" -name __pycache__ -prune -exec rm -rf {} +
-  "$py" - "$root/pyproject.toml" "$root/tests/mutation_selection.txt" > "$stage/pyproject.toml" <<'EOF'
+  "$py" - "$root/pyproject.toml" "$selection" "$scope" > "$stage/pyproject.toml" <<'EOF'
 import sys, tomllib, json
 pp = tomllib.load(open(sys.argv[1], "rb"))
 tests = [t.strip() for t in open(sys.argv[2]) if t.strip() and not t.startswith("#")]
 mm = pp["tool"]["mutmut"]
+if sys.argv[3] == "recall":
+    mm = {**mm, **pp["tool"]["tempomem"]["mutation-recall"]}
 pt = pp["tool"]["pytest"]["ini_options"]
 def arr(xs):
     return "[" + ", ".join(json.dumps(x) for x in xs) + "]"
@@ -86,10 +101,10 @@ case "${1:-run}" in
     # A mutant on such a path is killed, or not, by what the parent process checks.
     # Extra arguments name mutants to run again (after new tests), e.g. the survivors of the last run.
     "$root/.venv/bin/mutmut" run --max-children "${TEMPOMEM_MUTATION_JOBS:-2}" "${@:2}" || true
-    "$py" "$root/scripts/mutation_report.py" "$root" "$work"
+    "$py" "$root/scripts/mutation_report.py" "$root" "$work" "$scope"
     ;;
   report)
-    "$py" "$root/scripts/mutation_report.py" "$root" "$work"
+    "$py" "$root/scripts/mutation_report.py" "$root" "$work" "$scope"
     ;;
   results)
     cd "$work" && "$root/.venv/bin/mutmut" results
