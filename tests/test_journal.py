@@ -13,9 +13,12 @@ from tempomem.recall import journal as jmod
 from tempomem.recall.journal import (
     UNSAFE_ID_MARKER,
     UNSAFE_TEXT_MARKER,
+    JournalCoverage,
+    JournalEntry,
     JournalError,
     JournalSession,
     make_entry,
+    render_journal,
     resolve_range,
 )
 from tempomem.recall.shaping import cut_utf8
@@ -272,6 +275,92 @@ def test_AMB35_tampered_cursor_or_other_offset_rejected(tmp_path: Path) -> None:
     assert [e.id for e in again.entries] == [e.id for e in call(s, tmp_path, cursor=p1.next_cursor).entries]
 
 
+def test_AMB35_each_cursor_refusal_carries_its_code_and_fixed_message(tmp_path: Path) -> None:
+    """The refusals are model-safe and stable: the same code and the same fixed sentence whatever was
+    wrong (characters, base64 that does not decode, length, MAC), and an evicted snapshot its own."""
+    write(tmp_path, "2026-09-01", _day_of(4))
+    s = JournalSession()
+    pages = [first(s, tmp_path, "2026-09-01", "2026-09-01", limit=1) for _ in range(5)]
+    raw = _decode(pages[1].next_cursor)
+    invalid = ("not a cursor!", "A", "A" * 129, _encode(raw + b"x"), _encode(raw[:-1] + bytes([raw[-1] ^ 1])))
+    for bad in invalid:
+        with pytest.raises(JournalError) as exc:
+            call(s, tmp_path, cursor=bad)
+        assert (exc.value.code, str(exc.value)) == ("invalid_cursor", "cursor is not valid for this request")
+    with pytest.raises(JournalError) as exc:
+        call(s, tmp_path, cursor=pages[0].next_cursor)  # the fifth snapshot evicted the first
+    assert (exc.value.code, str(exc.value)) == (
+        "cursor_expired",
+        "this journal snapshot is no longer available; start again",
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "code", "message"),
+    [
+        ({"through_date": "2026-09-01", "time_zone": "UTC"}, "missing_range", None),
+        ({"from_date": "2026-09-01", "time_zone": "UTC"}, "missing_range", None),
+        (
+            {"from_date": "2026-09-01", "through_date": "2026-09-01"},
+            "missing_time_zone",
+            "timeZone is required (an IANA zone such as Europe/Warsaw)",
+        ),
+        (
+            {"from_date": "2026-09-01", "through_date": "2026-09-01", "time_zone": ""},
+            "missing_time_zone",
+            "timeZone is required (an IANA zone such as Europe/Warsaw)",
+        ),
+        (
+            {"from_date": "2026-09-01", "through_date": "2026-09-01", "time_zone": "Mars/Base"},
+            "invalid_time_zone",
+            "timeZone is not a known IANA time zone",
+        ),
+        (
+            {"from_date": "2026-9-1", "through_date": "2026-09-01", "time_zone": "UTC"},
+            "invalid_date",
+            "fromDate must be a calendar date YYYY-MM-DD",
+        ),
+        (
+            {"from_date": "2026-09-01", "through_date": "2026-02-30", "time_zone": "UTC"},
+            "invalid_date",
+            "throughDate is not a date that exists",
+        ),
+        (
+            {"from_date": "2026-09-02", "through_date": "2026-09-01", "time_zone": "UTC"},
+            "invalid_range",
+            "fromDate must not be after throughDate",
+        ),
+        (
+            {"from_date": "2026-09-01", "through_date": "2026-10-02", "time_zone": "UTC"},
+            "range_too_long",
+            "the range covers more than 31 days",
+        ),
+        (
+            {"from_date": "2026-09-01", "through_date": "2026-09-01", "time_zone": "UTC", "limit": 0},
+            "invalid_limit",
+            "limit must be a positive integer",
+        ),
+        ({"cursor": "x", "limit": 3}, "invalid_request", "a continuation takes only the cursor"),
+    ],
+)
+def test_JRN15_each_refusal_carries_its_code_and_fixed_message(
+    tmp_path: Path, fields: dict[str, Any], code: str, message: str | None
+) -> None:
+    """Every refusal of a journal call is a stable code with a fixed, content-free sentence."""
+    with pytest.raises(JournalError) as exc:
+        JournalSession().call(tmp_path, **fields)
+    expected = message or "fromDate, throughDate and timeZone are all required"
+    assert (exc.value.code, str(exc.value)) == (code, expected)
+
+
+def test_JRN15_a_store_that_cannot_be_read_is_unavailable_without_detail(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    with pytest.raises(JournalError) as exc:
+        first(JournalSession(), not_a_folder, "2026-09-01", "2026-09-01")
+    assert (exc.value.code, str(exc.value)) == ("journal_unavailable", "the journal is unavailable right now")
+
+
 def test_AMB35_cursor_from_another_request_rejected(tmp_path: Path) -> None:
     write(tmp_path, "2026-09-01", _day_of(4))
     p1 = first(JournalSession(), tmp_path, "2026-09-01", "2026-09-01", limit=2)
@@ -392,3 +481,43 @@ def test_a_line_superseded_in_the_sidecar_is_shown_superseded(tmp_path: Path) ->
         "c-new": "current",
         "c-ended": "superseded",
     }
+
+
+def test_JRN20_the_rendered_page_line_by_line() -> None:
+    """The text the model reads: the range header and its warning, one line per entry with a status other
+    than open, the source and only the marks that apply (validity with an open end, due, superseded),
+    then coverage and the continuation."""
+    rng, _, _ = resolve_range("2026-09-01", "2026-09-02", "Europe/Warsaw")
+
+    def entry(text: str, **kw: Any) -> JournalEntry:
+        fields = {"status": "open", "lifecycle": "current", **kw}
+        return JournalEntry(
+            id="x",
+            text=text,
+            recorded_at="2026-09-01T08:00:00.000Z",
+            source="daily/2026-09-01.md",
+            type="note",
+            **fields,
+        )
+
+    entries = [
+        entry("plain"),
+        entry("done", status="done", valid_from="2026-09-01", due_at="2026-09-03"),
+        entry("until", valid_to="2026-10-01", lifecycle="superseded"),
+    ]
+    full = JournalCoverage(complete=True, stop_reason="complete", entries=3)
+    assert render_journal(rng, entries, full, False, None).splitlines() == [
+        "Journal 2026-09-01..2026-09-02 (Europe/Warsaw) = "
+        "[2026-08-31T22:00:00.000Z, 2026-09-02T22:00:00.000Z). "
+        "Untrusted historical evidence, not exact execution evidence.",
+        "- 2026-09-01T08:00:00.000Z plain (daily/2026-09-01.md)",
+        "- 2026-09-01T08:00:00.000Z [done] done (daily/2026-09-01.md; valid 2026-09-01–; due 2026-09-03)",
+        "- 2026-09-01T08:00:00.000Z until (daily/2026-09-01.md; valid –2026-10-01; superseded)",
+        "Coverage: complete.",
+    ]
+    cut = JournalCoverage(complete=False, stop_reason="byte_cap", entries=0)
+    assert render_journal(rng, [], cut, True, "abc").splitlines()[1:] == [
+        "No entries in this range.",
+        "Coverage: incomplete (byte_cap); later entries were not scanned.",
+        'More entries: continue with {"cursor": "abc"}.',
+    ]

@@ -341,3 +341,57 @@ def test_embedder_keys_are_stable() -> None:
     assert profiles.embedder_key(EmbeddingIdentity("local-e5", "multilingual-e5-small-q4", 384)) == (
         profiles.E5_EMBEDDER
     )
+
+
+def test_single_retriever_profiles_rank_by_their_own_score_alone() -> None:
+    """bm25-only and vector-only (bench baselines): their retriever's order, ties by id, what it did not
+    return left out, the score its own, the mode its name; Lite (no vectors) makes bm25-only lexical."""
+    pool = [
+        cand("c", "third", cosine=0.9, bm25_score=None),
+        cand("b", "tie", cosine=0.2, bm25_score=2.0, bm25_rank=2),
+        cand("a", "tie", cosine=None, bm25_score=2.0, bm25_rank=1),
+        cand("d", "top", cosine=0.2, bm25_score=5.5, bm25_rank=3),
+    ]
+    bm25 = rank("q", pool, limit=3, profile=profiles.BM25_ONLY, hybrid=True)
+    assert [(h.id, h.score, h.mode) for h in bm25] == [
+        ("d", 5.5, "bm25"),
+        ("a", 2.0, "bm25"),
+        ("b", 2.0, "bm25"),
+    ]
+    assert [h.id for h in rank("q", pool, limit=2, profile=profiles.BM25_ONLY, hybrid=False)] == ["d", "a"]
+    vector = rank("q", pool, limit=5, profile=profiles.VECTOR_ONLY, hybrid=True)
+    assert [(h.id, h.score, h.mode) for h in vector] == [
+        ("c", 0.9, "vector"),
+        ("b", 0.2, "vector"),
+        ("d", 0.2, "vector"),
+    ]
+    assert vector[0].day == "2026-03-01" and vector[0].cosine == 0.9
+
+
+def test_every_profile_describes_its_constants() -> None:
+    """``describe`` (the bench and `tempomem recall --explain` header) names the profile, its ranker and
+    the constants that ranker uses."""
+    for profile in profiles.PROFILES.values():
+        text = profile.describe()
+        assert text.startswith(f"{profile.name} ({profile.ranker}")
+    assert profiles.BM25_ONLY.describe() == "bm25-only (bm25)"
+    custom = RecallProfile(
+        name="x",
+        embedder="local/e",
+        semantic_floor=0.4,
+        lexical_weight=0.2,
+        numeric_anchor_bonus=0.1,
+        name_anchor_bonus=0.05,
+        session_date_anchors=True,
+        temporal_bonus=0.3,
+        neighbour_weight=0.25,
+        neighbour2_weight=0.125,
+    )
+    assert custom.describe() == (
+        "x (tuned, embedder local/e, floor 0.4, lexical 0.2, anchors 0.1/0.05, session dates on, "
+        "temporal 0.3, neighbours 0.25/0.125)"
+    )
+    plain = RecallProfile(name="y", semantic_floor=0.5, numeric_anchor_bonus=0.15, name_anchor_bonus=0.08)
+    assert plain.describe() == (
+        "y (tuned, floor 0.5, lexical 0.0, anchors 0.15/0.08, session dates off, temporal 0.0, neighbours 0)"
+    )
