@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -126,6 +127,42 @@ def test_http_unreachable_or_bad_path_is_typed_error(embed_server: EmbedServer) 
         port = s.getsockname()[1]
     with pytest.raises(EmbeddingError):
         HttpEmbedder("ollama", "m", 8, f"http://127.0.0.1:{port}", timeout=2).embed(["x"])
+
+
+def test_http_embedder_output_is_float32_and_an_empty_batch_asks_nothing(embed_server: EmbedServer) -> None:
+    e = HttpEmbedder("ollama", "m", 8, embed_server.url)
+    out = e.embed(["a", "b"])
+    assert out.shape == (2, 8) and out.dtype == np.float32
+    empty = e.embed([])
+    assert empty.shape == (0, 8) and empty.dtype == np.float32 and len(embed_server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (lambda texts: [["x"] * 8 for _ in texts], "ollama: non-numeric embedding"),
+        (lambda texts: [[float("nan")] * 8 for _ in texts], "ollama: non-finite embedding values"),
+        (lambda texts: [1.0 for _ in texts], "ollama/m returned dimension (1,), configured 8"),
+        (lambda texts: [[1.0] * 8], "ollama: expected 2 vectors"),
+        (lambda texts: "no list", "ollama: expected 2 vectors"),
+    ],
+)
+def test_http_embedder_refuses_a_bad_answer_by_name(
+    embed_server: EmbedServer, answer: Any, message: str
+) -> None:
+    embed_server.vectors = answer
+    texts = ["a"] if "dimension (1,)" in message else ["a", "b"]
+    with pytest.raises(EmbeddingError) as exc:
+        HttpEmbedder("ollama", "m", 8, embed_server.url).embed(texts)
+    assert str(exc.value) == message
+
+
+def test_http_embedder_gives_up_after_its_timeout(embed_server: EmbedServer) -> None:
+    """A provider slower than ``timeout`` is a typed failure, not a wait for however long it takes."""
+    embed_server.delay = 1.5
+    with pytest.raises(EmbeddingError) as exc:
+        HttpEmbedder("ollama", "m", 8, embed_server.url, timeout=0.3).embed(["a"])
+    assert str(exc.value).startswith("ollama embedding request failed: ")
 
 
 def test_make_embedder_validation() -> None:

@@ -285,3 +285,29 @@ def test_AMB40_age_uses_the_host_local_date(tmp_path: Path) -> None:
     late = datetime(2026, 9, 10, 23, 30, tzinfo=UTC)  # already 11 September in Warsaw
     assert "- age: 36" in person_cards("Morgan", reader, now=late, tz=ZoneInfo("Europe/Warsaw")).text
     assert "- age: 35" in person_cards("Morgan", reader, now=late, tz=UTC).text
+
+
+def test_GUIDE11_GUIDE16_a_skipped_line_or_key_leaves_the_rest_in_order(tmp_path: Path) -> None:
+    """An expired line ahead of the others, a conflicting key ahead of others, keys that sort differently
+    with and without case, the same value twice (the first recording of the day stays) and a birth key
+    written with underscores: each card line comes out, in case-insensitive key order."""
+    reader = write(
+        tmp_path,
+        [
+            line("Morgan's gift was bought.", [fact("gift", "bought")], type="task", status="done"),
+            line("Morgan works at Acme.", [fact("employer", "Acme")]),
+            line("Morgan works at Globex.", [fact("employer", "Globex")]),
+            line("Morgan plays chess.", [fact("Hobby", "chess")]),
+            line("Morgan has a cat.", [fact("pet", "cat")]),
+            line("Morgan has a Cat.", [fact("pet", "Cat")]),
+            line("Morgan was born 1990-09-11.", [fact("date_of_birth", "1990-09-11")]),
+        ],
+    )
+    assert cards(reader, "Morgan", intent_expiry=True).splitlines()[2:] == [
+        "Morgan:",
+        "- date_of_birth: 1990-09-11 (you said, recorded 2026-09-06)",
+        "- age: 35",
+        f"- employer: {CONFLICTING}",
+        "- Hobby: chess (you said, recorded 2026-09-06)",
+        "- pet: cat (you said, recorded 2026-09-06)",
+    ]

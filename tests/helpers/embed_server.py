@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -22,6 +24,10 @@ class EmbedServer:
 
     def __init__(self) -> None:
         self.dim = 8
+        # What the server answers for a request's texts (the ``embeddings`` list, or each ``embedding``),
+        # and how long it waits first: tests of malformed or slow providers replace them.
+        self.vectors: Callable[[list[str]], Any] = lambda texts: [fake_vector(t, self.dim) for t in texts]
+        self.delay = 0.0
         self.requests: list[tuple[str, dict[str, Any], str | None]] = []
         server = self
 
@@ -33,7 +39,8 @@ class EmbedServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append((self.path, body, self.headers.get("Authorization")))
                 inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-                vectors = [fake_vector(t, server.dim) for t in inputs]
+                vectors = server.vectors(inputs)
+                time.sleep(server.delay)
                 if self.path == "/api/embed":
                     payload: Any = {"model": body["model"], "embeddings": vectors}
                 elif self.path == "/v1/embeddings":
