@@ -10,7 +10,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tempomem.recall.fact_sheet import FACT_SHEET_HEADING, MAX_ROWS, fact_sheet
+from tempomem.recall.fact_sheet import FACT_SHEET_HEADING, MAX_ROWS, fact_sheet, sheet_conflict_note
 from tempomem.recall.graph_read import GraphReader
 from tempomem.recall.search import Hit
 from tempomem.recall.tools import memory_recall
@@ -184,3 +184,91 @@ def test_REC49_conflict_note_renders_values_as_text() -> None:
     assert result.evidence == "conflicting"
     note = result.text.splitlines()[0]
     assert "for languages: Polish / Spanish, Czech." in note and "[" not in note and '"' not in note
+
+
+def _at(day: str) -> str:
+    return f"2026-{day}T10:00:00.000Z"
+
+
+def test_REC49_REC38_INTENT19_the_whole_sheet_of_two_entities(tmp_path: Path) -> None:
+    """Exact text: a dropped line ahead of the rest skips only itself; keys in case-insensitive order,
+    one key's scopes apart (no conflict), a conflict newest first, a repeated value once with its latest
+    recording, history newest first after the current value; the note counts the other conflicts."""
+    lines = [
+        line("Morgan likes coffee.", [fact("drink", "coffee")], signifier="[-]", status="dropped"),
+        line("Morgan works at Acme.", [fact("employer", "Acme")], recorded=_at("09-01")),
+        line("Morgan works at Globex.", [fact("employer", "Globex")], recorded=_at("09-05")),
+        line("Morgan plays chess.", [fact("Hobby", "chess")], recorded=_at("09-02")),
+        line("Morgan has a cat.", [fact("pet", "cat")], recorded=_at("09-03")),
+        line("Morgan has a Cat.", [fact("pet", "Cat")], recorded=_at("09-04")),
+        line(
+            "Morgan lived in Oslo.",
+            [fact("home", "Oslo")],
+            id="c-h1",
+            status="invalidated",
+            recorded=_at("01-01"),
+        ),
+        line(
+            "Morgan lived in Bergen.",
+            [fact("home", "Bergen")],
+            id="c-h2",
+            status="invalidated",
+            recorded=_at("02-01"),
+        ),
+        line("Morgan lives in Lisbon.", [fact("home", "Lisbon")], recorded=_at("09-06")),
+        line(
+            "Morgan eats vegan at home.", [fact("diet", "vegan", scope="user:owner")], recorded=_at("09-06")
+        ),
+        line(
+            "Morgan eats vegetarian at work.",
+            [fact("diet", "vegetarian", scope="team:work")],
+            recorded=_at("09-06"),
+        ),
+        line("Acme is big.", [fact("size", "big", subject="org:acme")], "org:acme", recorded=_at("09-01")),
+        line(
+            "Acme is small.", [fact("size", "small", subject="org:acme")], "org:acme", recorded=_at("09-02")
+        ),
+    ]
+    result = fact_sheet(
+        "Morgan and Acme", write(tmp_path, lines), now=NOW, tz=UTC, superseded_ids={"c-h1", "c-h2"}
+    )
+    assert result.text.splitlines() == [
+        FACT_SHEET_HEADING,
+        "Morgan:",
+        "- diet: vegetarian (you said, recorded 2026-09-06)",
+        "- diet: vegan (you said, recorded 2026-09-06)",
+        "- employer: Globex (you said, recorded 2026-09-05, conflicting)",
+        "- employer: Acme (you said, recorded 2026-09-01, conflicting)",
+        "- Hobby: chess (you said, recorded 2026-09-02)",
+        "- home: Lisbon (you said, recorded 2026-09-06)",
+        "- home: Bergen (you said, recorded 2026-02-01, superseded)",
+        "- home: Oslo (you said, recorded 2026-01-01, superseded)",
+        "- pet: Cat (you said, recorded 2026-09-04)",
+        "Acme:",
+        "- size: small (you said, recorded 2026-09-02, conflicting)",
+        "- size: big (you said, recorded 2026-09-01, conflicting)",
+    ]
+    assert [(c.subject, c.key, c.scope, c.values) for c in result.conflicts] == [
+        ("person:morgan", "employer", "user:owner", ("Globex", "Acme")),
+        ("org:acme", "size", "user:owner", ("small", "big")),
+    ]
+    assert sheet_conflict_note(result.conflicts) == (
+        "Conflicting values: the fact sheet holds different current values for employer: Globex / Acme "
+        "(and 1 more). Weigh them; do not pick one silently."
+    )
+    assert sheet_conflict_note(result.conflicts[1:]) == (
+        "Conflicting values: the fact sheet holds different current values for size: small / big. "
+        "Weigh them; do not pick one silently."
+    )
+
+
+def test_sheet_rows_are_shared_by_the_entities_in_order(tmp_path: Path) -> None:
+    """MAX_ROWS covers all entities: the first takes what it has, the next the rest, a third none."""
+    morgan = [line(f"m {i}", [fact(f"m{i:02d}", "x")]) for i in range(MAX_ROWS - 4)]
+    acme = [line(f"a {i}", [fact(f"a{i:02d}", "y", subject="org:acme")], "org:acme") for i in range(10)]
+    result = sheet(
+        write(tmp_path, morgan + acme, {"person:morgan": "Morgan", "person:ana": "Ana"}), "Morgan, Acme, Ana"
+    )
+    rows = result.splitlines()
+    assert len(rows) == 1 + 2 + MAX_ROWS
+    assert rows[1] == "Morgan:" and rows[MAX_ROWS - 2] == "Acme:" and rows[-1].startswith("- a03: y")

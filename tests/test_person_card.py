@@ -311,3 +311,21 @@ def test_GUIDE11_GUIDE16_a_skipped_line_or_key_leaves_the_rest_in_order(tmp_path
         "- Hobby: chess (you said, recorded 2026-09-06)",
         "- pet: cat (you said, recorded 2026-09-06)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("born", "age"),
+    [
+        ("2026-09-10", "0 months"),  # born today
+        ("2026-08-10", "1 month"),
+        ("2026-07-10", "2 months"),
+        ("2025-09-10", "1 year"),
+        ("2025-08-10", "1 year 1 month"),
+        ("2024-09-11", "1 year 11 months"),
+        ("2024-09-10", "2"),
+        ("2023-09-10", "3"),
+        ("2026-09-11", None),  # tomorrow
+    ],
+)
+def test_AMB40_age_at_each_boundary(born: str, age: str | None) -> None:
+    assert age_text(born, datetime(2026, 9, 10).date()) == age
