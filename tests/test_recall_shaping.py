@@ -400,6 +400,28 @@ def test_REC03_REC04_REC06_REC07_REC08_tool_description() -> None:
     assert "RunHistory" not in bare and "MemoryJournal" not in bare
 
 
+def test_REC03_to_REC08_the_description_word_for_word() -> None:
+    """The model reads this text as the tool's contract: a change to it is deliberate, so it is pinned,
+    with the journal and RunHistory sentences appended in that order only when those tools exist."""
+    base = (
+        "Search durable memory (read-only, hybrid keyword + vector). Search one short, specific topic per "
+        "call; use several calls for several topics instead of a keyword list. Leave the owner's name out "
+        "unless the question is specifically about the owner. Weak or related hits alone are not answers: "
+        "hits are evidence, not asserted answers. "
+        "For the current or last message, use the current conversation history, not MemoryRecall. "
+        "A dated line left out as ended may have been ambiguous: an old date alone does not prove what it "
+        "meant, so review, remove or retype such sources before relying on what is current."
+    )
+    journal = " A broad question about an explicit period belongs to MemoryJournal."
+    handoff = " For a request to pick up, continue or recover interrupted work, call RunHistory {} first."
+    assert memory_recall_description(run_history_available=False, journal_available=False) == base
+    assert memory_recall_description(run_history_available=False, journal_available=True) == base + journal
+    assert memory_recall_description(run_history_available=True, journal_available=False) == base + handoff
+    assert memory_recall_description(run_history_available=True, journal_available=True) == (
+        base + journal + handoff
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # Integration over a real store
 

@@ -173,3 +173,24 @@ def test_INTENT32_a_real_bujo_store_orders_by_recency_only_when_configured(
     assert sorted(orders[True]) == sorted(orders[False]) == ["c-aaaa", "c-bbbb"]
     assert orders[True][0] == newer
     assert automatic[True] == automatic[False] and automatic[True][0]  # INTENT-37: never the automatic lookup
+
+
+def test_INTENT35_the_floor_and_the_margin_are_inclusive() -> None:
+    """A best hit exactly at the floor still reorders; a hit exactly at the floor, or exactly the tail
+    margin below the best, still qualifies; one just below the floor keeps its place even within the
+    margin."""
+    floor, margin = 0.65, 0.15
+    at_floor = [hit("old", 0.65, days_ago=300), hit("new", 0.65, days_ago=0)]
+    assert ids(recency_order(at_floor, now=NOW, floor=floor, margin=margin)) == ["new", "old"]
+    # 0.8 - 0.65 is the margin up to float rounding (0.15000000000000002): the tolerance admits it.
+    edge = [hit("top", 0.8, type="fact"), hit("mid", 0.655, type="fact"), hit("edge", 0.65, days_ago=0)]
+    assert ids(recency_order(edge, now=NOW, floor=floor, margin=margin)) == ["top", "edge", "mid"]
+    within = [hit("a", 0.66, type="fact"), hit("b", 0.6599, days_ago=0), hit("c", 0.645, days_ago=0)]
+    assert ids(recency_order(within, now=NOW, floor=floor, margin=margin)) == ["b", "a", "c"]
+
+
+def test_INTENT35_equal_sums_keep_the_higher_base_score_first() -> None:
+    """Base + term tie (0.78 + 0.02 = 0.80 exactly): the higher base score goes first."""
+    tied = [hit("recent", 0.78, days_ago=0), hit("fact", 0.8, type="fact")]
+    assert 0.78 + recency_term(tied[0], now=NOW) == 0.8
+    assert ids(recency_order(tied, now=NOW)) == ["fact", "recent"]
