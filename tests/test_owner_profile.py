@@ -275,3 +275,51 @@ def test_PROFILE07_CLI17_the_cli_prints_the_same_profile(
     assert main(["--config", str(config), "profile"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(expected.text) and "not injected" in out
+
+
+def test_PROFILE03_who_the_fact_is_about_and_who_said_it() -> None:
+    """A label's subject decides who a fact is about; without one, an ``owner:`` key or a line naming
+    nobody; without its own attribution, the line's. A ``preference:`` key shows its bare name."""
+
+    def labelled(text: str, entities: tuple[str, ...], attr: str = "owner", **label: Any) -> Bullet:
+        return _line(text, [{"kind": "fact", "scope": "agent", **label}], entities=entities, attr=attr)
+
+    bullets = [
+        labelled("a", ("person:ana",), key="pet", value="cat", subject="owner", attribution="owner"),
+        labelled("b", (), key="owner:car", value="red", subject="person:ana", attribution="owner"),
+        labelled("c", ("person:ana",), key="owner:bike", value="blue", attribution="owner"),
+        labelled("d", (), key="shoe size", value="42", attribution="owner"),
+        labelled("e", (), key="hat", value="none"),  # the line's attribution: the owner's
+        labelled("f", (), key="scarf", value="wool", attr="assistant"),
+        _line("g", [{"kind": "preference", "scope": "agent", "key": "preference:tea", "value": "green"}]),
+        _line("h", [{"kind": "fact", "scope": "agent", "key": "owner:x", "attribution": "owner"}]),
+        _line("i", [{"kind": "fact", "scope": "agent", "key": 7, "value": "v", "attribution": "owner"}]),
+    ]
+    assert sorted(profile(bullets).splitlines()[1:]) == [
+        "- bike: blue",
+        "- hat: none",
+        "- pet: cat",
+        "- shoe size: 42",
+        "- tea: green",
+    ]
+
+
+def test_PROFILE05_a_repeated_entry_is_shown_once_and_the_rest_still_follow() -> None:
+    bullets = [
+        statement("I like chess.", id="c-0001"),
+        statement("I like chess.", id="c-0002"),
+        statement("I like tea.", id="c-0003"),
+    ]
+    assert profile(bullets).splitlines()[1:] == ["- I like chess.", "- I like tea."]
+
+
+def test_PROFILE08_a_profile_of_exactly_the_bounds_is_kept_whole() -> None:
+    room = PROFILE_MAX_CODE_POINTS - len(PROFILE_HEADING) - len("\n- ")
+    exact = profile([statement("x" * room)])
+    assert len(exact) == PROFILE_MAX_CODE_POINTS
+    assert profile([statement("x" * (room + 1))]) == ""
+    small = statement("I like tea.")
+    size = len(f"{PROFILE_HEADING}\n- I like tea.".encode())
+    assert profile([small], max_bytes=size) != "" and profile([small], max_bytes=size - 1) == ""
+    result = owner_profile([(DAY, small)], now=NOW, tz=UTC)
+    assert result.entries == ("- I like tea.",)
