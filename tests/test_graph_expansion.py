@@ -17,6 +17,7 @@ from tempomem.recall.graph_read import (
     RELATED_ENTITY_PENALTY,
     SAME_ENTITY_PENALTY,
     GraphReader,
+    bullet_hit,
     expand_hits,
     expansion_candidates,
 )
@@ -242,3 +243,78 @@ def test_AUTO23_GRAPH11_automatic_lookup_stays_direct_only(store: Path) -> None:
     )  # fmt: skip
     assert lookup.block.line_ids == ["m-seed"]
     assert "Acme" not in lookup.block.text
+
+
+def test_GRAPH09_bullet_hit_carries_every_stored_field() -> None:
+    b = bullet(
+        "m-1",
+        "Ana starts at Acme.",
+        "person:ana",
+        type="task",
+        due="2026-07-09",
+        valid_from="2026-07-02",
+        valid_to="2026-08-01",
+        labels='[{"kind": "fact"}]',
+        src="user",
+        attr="owner",
+        insight=True,
+    )
+    h = bullet_hit(DAY, b, score=0.7, cosine=0.4)
+    assert (h.id, h.text, h.day, h.recorded, h.type, h.status, h.score, h.cosine, h.mode) == (
+        "m-1",
+        "Ana starts at Acme.",
+        DAY,
+        f"{DAY}T09:00:00.000Z",
+        "task",
+        "open",
+        0.7,
+        0.4,
+        "hybrid",
+    )
+    assert (h.source_session, h.due, h.valid_from, h.valid_to, h.labels, h.entities) == (
+        "web:thread-1",
+        "2026-07-09",
+        "2026-07-02",
+        "2026-08-01",
+        '[{"kind": "fact"}]',
+        ("person:ana",),
+    )
+    assert (h.src, h.attr, h.insight, h.path) == ("user", "owner", True, f"daily/{DAY}.md")
+
+
+def test_GRAPH09_REC14_expansion_reaches_lines_by_every_path_and_skips_only_the_unrecallable(
+    tmp_path: Path,
+) -> None:
+    """A dropped or forgotten line ahead of the others is skipped alone; a line naming the entity but
+    missing from its graph row is reached; a relation pointing at the seed's entity reaches the other
+    end's lines; an expanded line keeps the cosine the retrieved pool had for it; the caller's floor
+    and margin decide both cuts."""
+    write_store(
+        tmp_path,
+        [
+            bullet("m-seed", "Ana likes hiking.", "person:ana"),
+            bullet("m-a0", "Ana once had a cat.", "person:ana", status="dropped"),
+            bullet("m-a1", "Ana forgot her keys.", "person:ana", status="invalidated"),
+            bullet("m-a2", "Ana cycles to work.", "person:ana"),
+            bullet("m-a3", "Ana reads at night.", "person:ana"),  # not in Ana's graph row
+            bullet("m-rel", "Bruno is Ana's brother.", "person:bruno"),
+            bullet("m-b2", "Bruno lives in Porto.", "person:bruno"),
+        ],
+        [
+            ent("person:ana", "Ana", "person", "m-seed", "m-a0", "m-a1", "m-a2"),
+            ent("person:bruno", "Bruno", "person", "m-rel", "m-b2"),
+        ],
+        [g.relation("person:bruno", "sibling of", "person:ana", ["m-rel"])],
+    )
+    reader = GraphReader(tmp_path)
+    pool = [hit("m-b2", 0.1, cosine=0.33)]
+    out = expand_hits([SEED], reader, limit=8, pool=pool, superseded_ids=set(), floor=0.5, margin=0.4)
+    assert ids(out) == ["m-seed", "m-a2", "m-a3", "m-rel", "m-b2"]
+    assert out[-1].cosine == 0.33 and out[1].cosine is None
+    assert "m-a1" in ids(expand_hits([SEED], reader, limit=8, floor=0.5, margin=0.4))  # no edge known
+    seed70 = hit("m-seed", 0.70, "Ana likes hiking.", "person:ana")  # Bruno's lines score 0.60
+    assert "m-b2" in ids(expand_hits([seed70], reader, limit=8, floor=0.5, margin=0.4))
+    assert "m-b2" not in ids(expand_hits([seed70], reader, limit=8))  # under the default floor
+    weak = hit("m-weak", 0.55, "", "person:bruno")
+    assert "m-weak" in ids(expand_hits([SEED, weak], reader, limit=8, floor=0.5, margin=0.4))
+    assert "m-weak" not in ids(expand_hits([SEED, weak], reader, limit=8, floor=0.5))
