@@ -169,3 +169,51 @@ def test_receipts_hold_no_memory_text() -> None:
     cache.confirm(inj, invocation_ok=True, retained=True)
     held = repr(cache._by_conversation)
     assert "Lisbon" not in held and "river" not in held and all(len(d) == 64 for d in inj.pending)
+
+
+def _two_sections(cards: str, block: str) -> Any:
+    """A lookup whose person cards and block are the given texts (the receipts read only the texts)."""
+    from dataclasses import replace
+
+    from tempomem.recall.auto_block import AutoBlock
+    from tempomem.recall.person_card import PersonCards
+
+    base = lookup([], profile=None)
+    return replace(
+        base,
+        cards=PersonCards(cards, len(cards.encode())),
+        block=AutoBlock(text=block, byte_size=len(block.encode()), line_ids=[]),
+    )
+
+
+def test_PROFILE21_the_fingerprint_room_is_shared_by_every_section() -> None:
+    """Receipts count across sections: with room for 3, a cold turn of 2 + 2 lines establishes 3; the
+    same line under another heading is another receipt; a warm turn fills only what room is left."""
+    cards = "Cards\n\nMorgan:\n- a\n- same"
+    block = "Block\n\n- same\n- b"
+    cache = SessionReceiptCache(max_fingerprints=3)
+    cold = cache.prepare("c1", _two_sections(cards, block), retained_session=False)
+    assert cold.cold and len(cold.pending) == 3
+    cache.confirm(cold, invocation_ok=True, retained=True)
+    warm = cache.prepare("c1", _two_sections(cards, block), retained_session=True)
+    assert warm.suppressed == "receipts_full" and warm.text == ""
+    roomy = SessionReceiptCache(max_fingerprints=10)
+    first = roomy.prepare("c1", _two_sections(cards, "Block\n\n- same"), retained_session=False)
+    assert len(first.pending) == 3  # "same" under Cards and under Block: two receipts
+    roomy.confirm(first, invocation_ok=True, retained=True)
+    later = roomy.prepare("c1", _two_sections(cards + "\n- c", block), retained_session=True)
+    assert later.text == "Cards\n\nMorgan:\n- c\n\nBlock\n\n- b" and len(later.pending) == 2
+
+
+def test_PROFILE20_PROFILE21_a_suppressed_warm_turn_is_empty_in_every_field() -> None:
+    from tempomem.recall.session_receipts import Injection
+
+    cache = SessionReceiptCache(max_fingerprints=1)
+    assert cache.prepare("c9", lookup([A]), retained_session=True) == Injection(
+        "c9", "", False, suppressed="receipts_unknown"
+    )
+    cold = cache.prepare("c9", lookup([A]), retained_session=False)
+    cache.confirm(cold, invocation_ok=True, retained=True)
+    assert cache.prepare("c9", lookup([A]), retained_session=True) == Injection(
+        "c9", "", False, suppressed="receipts_full"
+    )
