@@ -355,6 +355,42 @@ def test_REC09_query_xor_original_query() -> None:
     assert none.value.code == "missing_query"
 
 
+@pytest.mark.parametrize(
+    ("request_fields", "code", "message"),
+    [
+        (
+            {"query": "x", "use_original_query": True, "original_hits": []},
+            "query_conflict",
+            "supply either query or useOriginalQuery: true, never both",
+        ),
+        ({}, "missing_query", "query must be a non-empty string"),
+        ({"query": " \t"}, "missing_query", "query must be a non-empty string"),
+        ({"query": "x", "kind": "fact"}, "invalid_kind", 'kind must be "preference" or "lesson"'),
+        ({"query": "x", "limit": 0}, "invalid_limit", "limit must be a positive integer"),
+        ({"query": "x", "limit": True}, "invalid_limit", "limit must be a positive integer"),
+        ({"query": "x", "limit": 2.0}, "invalid_limit", "limit must be a positive integer"),
+        (
+            {"use_original_query": True},
+            "original_query_unavailable",
+            "useOriginalQuery is not available here",
+        ),
+    ],
+)
+def test_REC09_REC12_each_refusal_has_its_code_and_fixed_message(
+    request_fields: dict[str, Any], code: str, message: str
+) -> None:
+    backend = FakeBackend([hit(0.9)])
+    with pytest.raises(RecallInputError) as exc:
+        memory_recall(backend, now=NOW, tz=UTC, **request_fields)
+    assert (exc.value.code, str(exc.value)) == (code, message)
+    assert backend.calls == []  # refused before any search
+
+
+def test_REC09_GUIDE03_kinds_preference_and_lesson_are_accepted() -> None:
+    for kind in ("preference", "lesson", None):
+        assert memory_recall(FakeBackend([hit(0.9)]), query="tea", kind=kind, now=NOW, tz=UTC).hits
+
+
 def test_REC12_original_query_unavailable_without_bound_lookup() -> None:
     with pytest.raises(RecallInputError) as exc:
         memory_recall(FakeBackend(), use_original_query=True, now=NOW, tz=UTC)
