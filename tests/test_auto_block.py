@@ -536,3 +536,15 @@ def test_INTENT04_each_switch_rolls_back_on_its_own_and_no_switch_removes_a_line
     assert shown(lifecycle=False, expiry=True) == both  # the capture switch alone leaves the reads
     assert {"i-dated", "i-done"} <= shown(lifecycle=True, expiry=False)  # the read switch rolls back
     assert {p: p.read_bytes() for p in (root / "daily").iterdir()} == stored
+
+
+def test_AUTO11_AMB38_a_line_without_a_usable_instant_is_placed_by_its_day() -> None:
+    """Oldest first by the recording instant in UTC; an instant without an offset or none at all counts
+    as its day's 00:00 UTC, and an unreadable day as the earliest; ties by id."""
+    zoned = hit(0.80, "zoned", recorded="2026-05-01T05:30:00.000+05:00")  # 2026-05-01T00:30Z
+    naive = hit(0.80, "naive", recorded="2026-05-01T23:00:00", day="2026-05-02")  # → 2026-05-02T00:00Z
+    bare = hit(0.79, "bare", recorded="", day="2026-05-01")  # → 2026-05-01T00:00Z
+    assert block([naive, zoned, bare]).line_ids == [bare.id, zoned.id, naive.id]
+    undated = hit(0.80, "undated", recorded="", day="someday")
+    first, second = hit(0.79, "same a", recorded=""), hit(0.79, "same b", recorded="")
+    assert block([first, second, undated]).line_ids == [undated.id, first.id, second.id]
