@@ -562,6 +562,30 @@ def test_GUIDE03_explicit_kind_may_show_below_floor_lines() -> None:
     assert guidance_lines(weak, now=NOW, tz=UTC, kind="preference") == ["- preference (user): weak pref"]
 
 
+def test_GUIDE01_GUIDE02_a_skipped_line_skips_only_itself_and_the_best_scope_of_a_line_wins() -> None:
+    """Lines left out (dropped, forgotten, below the floor, ended) ahead of eligible ones leave the rest
+    in; a line with several eligible labels shows under its most specific scope, whatever their order."""
+    from tempomem.recall.guidance import guidance_lines
+
+    both = json.dumps(
+        [
+            {"kind": "lesson", "scope": "agent", "key": "k", "value": "v"},
+            {"kind": "preference", "scope": "conversation:web:t", "key": "k", "value": "v"},
+            {"kind": "preference", "scope": "user:ann", "key": "k", "value": "v"},
+            {"kind": "lesson", "scope": "agent", "key": "k2", "value": "v"},
+        ]
+    )
+    candidates = [
+        hit(0.90, "dropped", labels=pref(), status="dropped"),
+        hit(0.90, "forgotten", labels=pref(), status="invalidated", id="m-forgot"),
+        hit(0.50, "weak", labels=pref()),
+        hit(0.90, "ended", labels=pref(), valid_to="2026-01-01"),
+        hit(0.80, "kept", labels=both),
+    ]
+    lines = guidance_lines(candidates, now=NOW, tz=UTC, superseded_ids=set())
+    assert lines == ["- preference (user): kept"]
+
+
 def test_GUIDE04_GUIDE05_tool_section_order_switch_and_about() -> None:
     hits = [hit(0.80, "Ann prefers tea.", labels=pref()), hit(0.79, "Plain fact.")]
     result = memory_recall(FakeBackend(hits), query="tea", now=NOW, tz=UTC)
