@@ -21,6 +21,7 @@ import tempomem.recall.index.schema as index_schema
 from tempomem.recall import scoring
 from tempomem.recall.embedding import EmbeddingError, EmbeddingIdentity, LocalMiniLMEmbedder
 from tempomem.recall.index import IndexBusyError, MemoryIndex, fts_extension_path
+from tempomem.recall.index.vectors import VectorSnapshot
 from tempomem.storage.markdown import Bullet, append_bullets
 
 # ---------------------------------------------------------------------------------------------------
@@ -534,3 +535,27 @@ def test_search_while_another_process_upserts(store: Path) -> None:
     assert worker.wait(timeout=60) == 0
     assert len(idx.search("lighthouses", limit=50)) == n
     assert seen <= n
+
+
+def test_a_patched_vector_snapshot_reads_new_rows_and_never_dead_ones() -> None:
+    """Upserts of this process: replaced and removed rows are dead, new rows are read from the tail
+    (grown as needed), ids map to their rows, and the snapshot patched from stays as it was."""
+
+    def unit(i: int) -> np.ndarray:
+        v = np.zeros(4, np.float32)
+        v[i] = 1.0
+        return v
+
+    base = VectorSnapshot.load((1,), ["a", "b", "c"], np.stack([unit(0), unit(1), unit(2)]))
+    one = base.patched((2,), {"b", "gone"}, ["b", "d"], np.stack([unit(3), unit(1)]))
+    assert one.version == (2,) and one.ids == ["a", "b", "c", "b", "d"] and one.n == 5
+    assert one.row_of == {"a": 0, "c": 2, "b": 3, "d": 4} and one.dead == frozenset({1})
+    assert np.array_equal(one.vectors(np.array([3, 4])), np.stack([unit(3), unit(1)]))
+    assert one.top(unit(1), 1).tolist() == [4]  # the old "b" row matches as well, but it is dead
+    assert sorted(one.top(unit(3), 4).tolist()) == [0, 2, 3, 4]
+    many = [f"n{i}" for i in range(100)]
+    two = one.patched((3,), set(), many, np.stack([unit(i % 4) for i in range(100)]))
+    assert two.n == 105 and two.row_of["n99"] == 104 and two.row_of["d"] == 4
+    assert np.array_equal(two.vectors(np.array([3, 4, 104])), np.stack([unit(3), unit(1), unit(3)]))
+    assert base.n == 3 and base.row_of == {"a": 0, "b": 1, "c": 2} and base.dead == frozenset()
+    assert one.n == 5 and np.array_equal(one.vectors(np.array([4])), unit(1)[None])
