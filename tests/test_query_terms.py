@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tempomem.recall.fts as fts
+from tempomem.recall import scoring
 from tempomem.recall.index import MemoryIndex
 from tests.helpers.locomo import require_locomo
 from tests.test_recall_index import HashEmbedder, write_store
@@ -100,3 +101,21 @@ def test_cached_terms_cannot_be_mutated_by_a_caller() -> None:
     assert first == ["keeper", "lighthous"]
     first.append("x")
     assert fts.local_query_terms("lighthouse keepers") == ["keeper", "lighthous"]
+
+
+@pytest.mark.parametrize(
+    ("anchor", "day", "matches"),
+    [
+        ("2023", "2023-05-08", True),
+        ("2023-05", "2023-05-08", True),
+        ("2023-05-08", "2023-05-08", True),
+        ("2023-05-09", "2023-05-08", False),
+        ("2023-06", "2023-05-08", False),
+        ("2022", "2023-05-08", False),
+        ("2023", "", False),  # a record without a day
+        ("twenty", "2023-05-08", False),  # not a date anchor
+        ("2023", "not a day", False),
+    ],
+)
+def test_session_date_anchor_matches_the_records_own_day(anchor: str, day: str, matches: bool) -> None:
+    assert scoring.session_date_matches(anchor, day) is matches
