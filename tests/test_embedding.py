@@ -165,6 +165,25 @@ def test_http_embedder_gives_up_after_its_timeout(embed_server: EmbedServer) -> 
     assert str(exc.value).startswith("ollama embedding request failed: ")
 
 
+def test_http_embedder_endpoint_key_and_malformed_answers(
+    embed_server: EmbedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trailing slash on the endpoint is dropped; only the openai provider reads OPENAI_API_KEY; an
+    answer without the provider's fields is refused by name; an unknown provider names itself."""
+    monkeypatch.setenv("OPENAI_API_KEY", "not-for-ollama")
+    e = HttpEmbedder("ollama", "m", 8, embed_server.url + "//")
+    e.embed(["a"])
+    path, _, auth = embed_server.requests[-1]
+    assert path == "/api/embed" and auth is None
+    embed_server.body = {"unexpected": True}
+    for provider in ("ollama", "lmstudio"):
+        with pytest.raises(EmbeddingError) as exc:
+            HttpEmbedder(provider, "m", 8, embed_server.url).embed(["a"])
+        assert str(exc.value) == f"{provider}: malformed embedding response"
+    with pytest.raises(ValueError, match="unknown HTTP embedding provider 'cohere'"):
+        HttpEmbedder("cohere", "m", 8)
+
+
 def test_make_embedder_validation() -> None:
     assert isinstance(make_embedder("local", None, None, None), LocalMiniLMEmbedder)
     with pytest.raises(ValueError):

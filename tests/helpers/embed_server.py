@@ -28,6 +28,7 @@ class EmbedServer:
         # and how long it waits first: tests of malformed or slow providers replace them.
         self.vectors: Callable[[list[str]], Any] = lambda texts: [fake_vector(t, self.dim) for t in texts]
         self.delay = 0.0
+        self.body: Any = None  # when set, the whole JSON answer instead of the provider's shape
         self.requests: list[tuple[str, dict[str, Any], str | None]] = []
         server = self
 
@@ -53,6 +54,8 @@ class EmbedServer:
                     self.send_response(404)
                     self.end_headers()
                     return
+                if server.body is not None:
+                    payload = server.body
                 raw = json.dumps(payload).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
