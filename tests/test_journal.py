@@ -521,3 +521,22 @@ def test_JRN20_the_rendered_page_line_by_line() -> None:
         "Coverage: incomplete (byte_cap); later entries were not scanned.",
         'More entries: continue with {"cursor": "abc"}.',
     ]
+
+
+def test_AMB20_AMB38_entries_filed_a_day_before_or_after_their_instant_are_found(tmp_path: Path) -> None:
+    """Daily files are scanned a day either side of the range: an entry filed on the evening before
+    (a host behind UTC) or the day after (ahead of UTC) is in the range by its instant. Files that are
+    not daily notes are ignored, and the entries come out in instant order."""
+    write(tmp_path, "2026-09-01", [bullet("filed the evening before", "2026-09-02T00:30:00.000Z")])
+    write(tmp_path, "2026-09-02", [bullet("filed on the day", "2026-09-02T12:00:00.000Z")])
+    write(tmp_path, "2026-09-03", [bullet("filed the morning after", "2026-09-02T23:30:00.000Z")])
+    write(tmp_path, "2026-09-04", [bullet("out of range", "2026-09-04T12:00:00.000Z")])
+    (tmp_path / "daily" / "notes.md").write_text("- not a daily file\n")
+    (tmp_path / "daily" / "2026-13-01.md").write_text("- not a date\n")
+    page = first(JournalSession(), tmp_path, "2026-09-02", "2026-09-02")
+    assert [e.text for e in page.entries] == [
+        "filed the evening before",
+        "filed on the day",
+        "filed the morning after",
+    ]
+    assert page.coverage.complete
