@@ -5,6 +5,7 @@ Hand-made ``graph.jsonl`` and ``daily/`` files under tmp_path, written with the 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from tempomem.storage.limits import AUTO_CONTEXT_MAX_BYTES
 from tests.helpers.labelled_graph import SECRET_SESSION, fact, line, write
 
 NOW = datetime(2026, 9, 10, 12, 0, tzinfo=UTC)
+
+
 def cards(reader: GraphReader, message: str, **kw: Any) -> str:
     return person_cards(message, reader, now=NOW, tz=UTC, **kw).text
 
@@ -329,3 +332,41 @@ def test_GUIDE11_GUIDE16_a_skipped_line_or_key_leaves_the_rest_in_order(tmp_path
 )
 def test_AMB40_age_at_each_boundary(born: str, age: str | None) -> None:
     assert age_text(born, datetime(2026, 9, 10).date()) == age
+
+
+def test_GUIDE09_AMB27_which_fact_labels_are_about_the_person() -> None:
+    """A label's subject names the person by id or by display name (case and spacing aside); without a
+    subject it is about the line's own entities, one of them alone is not enough for a line naming two;
+    labels that are not facts or lack a key or value are skipped without ending the scan."""
+    from tempomem.recall.person_card import entity_fact_labels
+
+    morgan = EntityRow(id="person:morgan", name="Morgan Lee", type="person")
+    labels = [
+        {"kind": "preference", "key": "tea", "value": "green"},
+        "not a label",
+        {"kind": "fact", "key": " ", "value": "blank key"},
+        {"kind": "fact", "key": "pet", "value": None},
+        {"kind": "fact", "key": "city", "value": "Oslo", "subject": "person:morgan"},
+        {"kind": "fact", "key": "job", "value": "chef", "subject": "MORGAN lee"},
+        {"kind": "fact", "key": "car", "value": "red", "subject": "person:ana"},
+        {"kind": "fact", "key": "bike", "value": "blue"},
+    ]
+
+    def about(entities: tuple[str, ...]) -> list[str]:
+        h = Hit(
+            id="m",
+            text="t",
+            day="2026-09-06",
+            recorded="",
+            type="fact",
+            status="open",
+            score=0.0,
+            mode="hybrid",
+            labels=json.dumps(labels),
+            entities=entities,
+        )
+        return [label["key"] for label in entity_fact_labels(h, morgan)]
+
+    assert about(("person:morgan",)) == ["city", "job", "bike"]
+    assert about(("person:ana", "person:morgan")) == ["city", "job"]  # "bike" is about both together
+    assert about(()) == ["city", "job"]  # a line naming nobody: unlabelled facts are the owner's
