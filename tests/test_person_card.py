@@ -335,7 +335,7 @@ def test_AMB40_age_at_each_boundary(born: str, age: str | None) -> None:
 
 
 def test_GUIDE09_AMB27_which_fact_labels_are_about_the_person() -> None:
-    """A label's subject names the person by id or by display name (case and spacing aside); without a
+    """A label's subject names the person by id or by display name (case aside); without a
     subject it is about the line's own entities, one of them alone is not enough for a line naming two;
     labels that are not facts or lack a key or value are skipped without ending the scan."""
     from tempomem.recall.person_card import entity_fact_labels
