@@ -19,6 +19,8 @@ from tempomem.recall.shaping import (
     CONFLICT_PREFIX,
     INSUFFICIENT_PREFIX,
     SOURCE_UNKNOWN,
+    Conflict,
+    conflict_note,
     currentness,
     find_conflicts,
     render_hit_line,
@@ -26,6 +28,7 @@ from tempomem.recall.shaping import (
     shape_hits,
     tail_cut,
     to_recall_hit,
+    value_text,
 )
 from tempomem.recall.tools import (
     DEGRADED_TEXT,
@@ -584,6 +587,34 @@ def test_GUIDE01_GUIDE02_a_skipped_line_skips_only_itself_and_the_best_scope_of_
     ]
     lines = guidance_lines(candidates, now=NOW, tz=UTC, superseded_ids=set())
     assert lines == ["- preference (user): kept"]
+
+
+def test_REC16_REC36_the_cut_keeps_the_backend_order_past_a_dropped_hit() -> None:
+    """Hits out of score order: one beyond the margin or under the floor in the middle drops alone; of
+    two equal best scores the first is the best; a best exactly at the floor applies the floor."""
+    top, far, low, close = hit(0.90), hit(0.70), hit(0.64), hit(0.85)
+    assert tail_cut([top, far, close]) == [top, close]
+    assert tail_cut([top, low, close], margin=0.5) == [top, close]
+    twin_a, twin_b = hit(0.80), hit(0.80)
+    assert tail_cut([twin_a, twin_b, hit(0.60)], margin=0.19) == [twin_a, twin_b]
+    at_floor, under = hit(0.65), hit(0.649)
+    assert tail_cut([at_floor, under], floor=0.65) == [at_floor]
+
+
+def test_REC38_conflict_note_counts_the_other_conflicts() -> None:
+    c = [Conflict("person:ann", f"other:k{i}", "agent", ("a", "b")) for i in range(3)]
+    assert conflict_note(c[:1]) == (
+        f"{CONFLICT_PREFIX} the top results hold different current values for k0: a / b. "
+        "Weigh them; do not pick one silently."
+    )
+    assert conflict_note(c[:2]).endswith("k0: a / b (and 1 more). Weigh them; do not pick one silently.")
+    assert conflict_note(c).endswith("k0: a / b (and 2 more). Weigh them; do not pick one silently.")
+
+
+def test_GUIDE13_label_values_as_text() -> None:
+    assert value_text(True) == "yes" and value_text(False) == "no"
+    assert value_text(["a", 2, {"x": False}]) == "a, 2, x: no"
+    assert value_text("  two   words ") == "two words"
 
 
 def test_GUIDE04_GUIDE05_tool_section_order_switch_and_about() -> None:
