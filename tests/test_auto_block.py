@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -548,3 +549,20 @@ def test_AUTO11_AMB38_a_line_without_a_usable_instant_is_placed_by_its_day() -> 
     undated = hit(0.80, "undated", recorded="", day="someday")
     first, second = hit(0.79, "same a", recorded=""), hit(0.79, "same b", recorded="")
     assert block([first, second, undated]).line_ids == [undated.id, first.id, second.id]
+
+
+def test_AUTO26_load_applies_the_callers_expiry_supersession_and_zone() -> None:
+    """``load()`` is the same selector: intentExpiry, the known supersession edges and the host's zone
+    reach it (a line valid through yesterday in UTC is still current where it is earlier)."""
+    dated, plain = hit(0.9, "dated", due="2026-12-01"), hit(0.9, "plain")
+    assert load_block([dated, plain], now=NOW, tz=UTC).line_ids == [dated.id, plain.id]
+    assert load_block([dated, plain], now=NOW, tz=UTC, intent_expiry=True).line_ids == [plain.id]
+    forgotten = hit(0.9, "forgotten", status="invalidated", id="z-forgot")
+    assert load_block([forgotten, plain], now=NOW, tz=UTC, superseded_ids=set()).line_ids == [plain.id]
+    edge = load_block([forgotten, plain], now=NOW, tz=UTC, superseded_ids={"z-forgot"})
+    assert forgotten.id in edge.line_ids
+    ends = hit(0.9, "ends", valid_to="2026-07-09")  # valid through the 9th, civil dates inclusive
+    late = datetime(2026, 7, 10, 5, 0, tzinfo=UTC)  # 2026-07-09 19:00 in Honolulu
+    honolulu = ZoneInfo("Pacific/Honolulu")
+    assert "ended" not in load_block([ends], now=late, tz=honolulu).text
+    assert "ended" in load_block([ends], now=late, tz=UTC).text
