@@ -61,6 +61,13 @@ def code_of(fn: Any) -> str:
     return exc.value.code
 
 
+def refusal_of(fn: Any) -> tuple[str, str]:
+    """The refusal's code and its model-facing sentence."""
+    with pytest.raises(JournalError) as exc:
+        fn()
+    return exc.value.code, str(exc.value)
+
+
 def test_LIM49_to_LIM54_journal_limits() -> None:
     assert jmod.JOURNAL_MAX_DAYS == 31
     assert (jmod.JOURNAL_LIMIT_DEFAULT, jmod.JOURNAL_LIMIT_MAX) == (10, 25)
@@ -284,12 +291,12 @@ def test_AMB35_each_cursor_refusal_carries_its_code_and_fixed_message(tmp_path: 
     raw = _decode(pages[1].next_cursor)
     invalid = ("not a cursor!", "A", "A" * 129, _encode(raw + b"x"), _encode(raw[:-1] + bytes([raw[-1] ^ 1])))
     for bad in invalid:
-        with pytest.raises(JournalError) as exc:
-            call(s, tmp_path, cursor=bad)
-        assert (exc.value.code, str(exc.value)) == ("invalid_cursor", "cursor is not valid for this request")
-    with pytest.raises(JournalError) as exc:
-        call(s, tmp_path, cursor=pages[0].next_cursor)  # the fifth snapshot evicted the first
-    assert (exc.value.code, str(exc.value)) == (
+        assert refusal_of(lambda bad=bad: call(s, tmp_path, cursor=bad)) == (
+            "invalid_cursor",
+            "cursor is not valid for this request",
+        )
+    # The fifth snapshot evicted the first.
+    assert refusal_of(lambda: call(s, tmp_path, cursor=pages[0].next_cursor)) == (
         "cursor_expired",
         "this journal snapshot is no longer available; start again",
     )
@@ -347,18 +354,17 @@ def test_JRN15_each_refusal_carries_its_code_and_fixed_message(
     tmp_path: Path, fields: dict[str, Any], code: str, message: str | None
 ) -> None:
     """Every refusal of a journal call is a stable code with a fixed, content-free sentence."""
-    with pytest.raises(JournalError) as exc:
-        JournalSession().call(tmp_path, **fields)
     expected = message or "fromDate, throughDate and timeZone are all required"
-    assert (exc.value.code, str(exc.value)) == (code, expected)
+    assert refusal_of(lambda: JournalSession().call(tmp_path, **fields)) == (code, expected)
 
 
 def test_JRN15_a_store_that_cannot_be_read_is_unavailable_without_detail(tmp_path: Path) -> None:
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("x")
-    with pytest.raises(JournalError) as exc:
-        first(JournalSession(), not_a_folder, "2026-09-01", "2026-09-01")
-    assert (exc.value.code, str(exc.value)) == ("journal_unavailable", "the journal is unavailable right now")
+    assert refusal_of(lambda: first(JournalSession(), not_a_folder, "2026-09-01", "2026-09-01")) == (
+        "journal_unavailable",
+        "the journal is unavailable right now",
+    )
 
 
 def test_AMB35_cursor_from_another_request_rejected(tmp_path: Path) -> None:
