@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 from tempomem.recall.fact_sheet import FACT_SHEET_HEADING, MAX_ROWS, fact_sheet, sheet_conflict_note
 from tempomem.recall.graph_read import GraphReader
 from tempomem.recall.search import Hit
-from tempomem.recall.tools import memory_recall
+from tempomem.recall.tools import NO_HITS_TEXT, memory_recall
 from tests.helpers.labelled_graph import SECRET_SESSION, fact, line, write
 
 NOW = datetime(2026, 9, 10, 12, 0, tzinfo=UTC)
@@ -272,3 +273,151 @@ def test_sheet_rows_are_shared_by_the_entities_in_order(tmp_path: Path) -> None:
     rows = result.splitlines()
     assert len(rows) == 1 + 2 + MAX_ROWS
     assert rows[1] == "Morgan:" and rows[MAX_ROWS - 2] == "Acme:" and rows[-1].startswith("- a03: y")
+
+
+# --------------------------------------------------------------------------------------------------
+# memory_recall hands each of its arguments to every part of the result: the hits (with and without
+# graph expansion), the guidance section and the fact sheet. Each check below differs from what the
+# part gives with that argument left at its default.
+
+KIRITIMATI = ZoneInfo("Pacific/Kiritimati")  # UTC+14: NOW (noon UTC on 09-10) is already 09-11 there
+
+
+def _hit(hid: str, score: float, **kw: object) -> Hit:
+    return HIT.model_copy(update={"id": hid, "score": score, "text": f"line {hid}", **kw})
+
+
+def _currentness(result: object) -> dict[str, str | None]:
+    return {h.id: h.currentness for h in result.hits}  # type: ignore[attr-defined]
+
+
+def test_REC43_REC48_REC14_memory_recall_passes_zone_supersession_and_intent_expiry_to_the_hits(
+    tmp_path: Path,
+) -> None:
+    reader = write(tmp_path, [line("Morgan likes tea.", [fact("drink", "tea")])])
+    hits = [
+        _hit("h-forgot", 0.82, status="invalidated"),  # no supersession edge: a forget (AMB-28)
+        _hit("h-visa", 0.81, valid_to="2026-09-10"),  # a date: current through the host's local day
+        _hit("h-note", 0.80, type="note", due="2026-09-01"),  # ends only under intentExpiry
+        _hit("h-sup", 0.80),
+    ]
+    expected = {"h-visa": "ended", "h-note": "ended", "h-sup": "superseded"}
+    for graph in (None, reader):  # plain shaping, and the expansion path that recomputes currentness
+        result = memory_recall(
+            Backend(hits), query="tea", limit=3, now=NOW, tz=KIRITIMATI, graph=graph,
+            superseded_ids={"h-sup"}, intent_expiry=True,
+        )  # fmt: skip
+        assert _currentness(result) == expected, graph
+    defaults = memory_recall(Backend(hits), query="tea", limit=3, now=NOW, tz=UTC)
+    assert _currentness(defaults) == {"h-forgot": "superseded", "h-visa": "current", "h-note": "current"}
+
+
+def test_REC45_memory_recall_defaults_to_an_aware_now_in_the_host_zone() -> None:
+    hits = [
+        _hit("h-naive", 0.81, valid_to="2999-01-01T00:00:00"),  # a naive end is read in the host zone
+        _hit("h-aware", 0.80, valid_to="2999-01-01T00:00:00Z"),
+        _hit("h-past", 0.80, valid_to="2000-01-01"),
+        _hit("h-note", 0.80, type="note", due="2000-01-01"),  # intentExpiry is off by default
+    ]
+    result = memory_recall(Backend(hits), query="tea")
+    assert _currentness(result) == {
+        "h-naive": "current",
+        "h-aware": "current",
+        "h-past": "ended",
+        "h-note": "current",
+    }
+
+
+def _guidance(hid: str, score: float, kind: str, **kw: object) -> Hit:
+    label = [{"kind": kind, "scope": "user:owner", "key": f"k-{hid}", "value": "v"}]
+    return _hit(hid, score, labels=json.dumps(label), **kw)
+
+
+def test_GUIDE02_GUIDE03_memory_recall_passes_kind_zone_and_supersession_to_the_guidance_section() -> None:
+    hits = [
+        _guidance("g-pref", 0.81, "preference"),
+        _guidance("g-lesson", 0.80, "lesson"),
+        _guidance("g-ended", 0.80, "preference", valid_to="2026-09-10"),  # ended in Kiritimati only
+        _guidance("g-sup", 0.80, "preference"),
+    ]
+
+    def section(**kw: object) -> list[str]:
+        text = memory_recall(Backend(hits), query="tea", now=NOW, **kw).text  # type: ignore[arg-type]
+        return [ln for ln in text.splitlines() if ln.startswith("- ")]
+
+    assert section(tz=UTC) == [
+        "- preference (user): line g-pref",
+        "- lesson (user): line g-lesson",
+        "- preference (user): line g-ended",
+        "- preference (user): line g-sup",
+    ]
+    assert section(tz=KIRITIMATI, superseded_ids={"g-sup"}) == [
+        "- preference (user): line g-pref",
+        "- lesson (user): line g-lesson",
+    ]
+    assert section(tz=UTC, kind="lesson") == ["- lesson (user): line g-lesson"]
+
+
+def test_REC49_INTENT19_memory_recall_passes_zone_supersession_and_intent_expiry_to_the_fact_sheet(
+    tmp_path: Path,
+) -> None:
+    reader = write(
+        tmp_path,
+        [
+            line("Morgan likes tea.", [fact("drink", "tea")]),
+            line("Morgan's visa.", [fact("visa", "B1", validTo="2026-09-10")]),
+            line("Morgan will call.", [fact("call", "Friday")], type="note", due="2026-09-01"),
+            line("Morgan likes juice.", [fact("juice", "yes")], status="invalidated", id="c-gone"),
+        ],
+    )
+    args: dict[str, object] = {"tz": KIRITIMATI, "superseded_ids": set(), "intent_expiry": True}
+    expected = fact_sheet("Morgan", reader, now=NOW, **args).text  # type: ignore[arg-type]
+    assert "ended 2026-09-10" in expected and "ended 2026-09-01" in expected and "juice" not in expected
+    result = memory_recall(Backend([HIT]), query="Morgan", now=NOW, graph=reader, **args)  # type: ignore[arg-type]
+    assert result.text.startswith(expected + "\n")
+
+
+def test_REC49_an_empty_recall_still_shows_the_fact_sheet(tmp_path: Path) -> None:
+    reader = write(tmp_path, [line("Morgan likes tea.", [fact("drink", "tea")])])
+    result = memory_recall(Backend([]), query="Morgan", now=NOW, tz=UTC, graph=reader)
+    assert result.text == sheet(reader, "Morgan") + "\n" + NO_HITS_TEXT
+    assert result.hits == []
+
+
+def test_REC42_lexical_results_get_no_fact_sheet_and_report_their_mode(tmp_path: Path) -> None:
+    reader = write(tmp_path, [line("Morgan likes tea.", [fact("drink", "tea")])])
+    lexical = memory_recall(
+        Backend([HIT.model_copy(update={"mode": "lexical"})]), query="Morgan", now=NOW, tz=UTC, graph=reader
+    )
+    assert FACT_SHEET_HEADING not in lexical.text and lexical.mode == "lexical"
+    vector = memory_recall(Backend([HIT.model_copy(update={"mode": "vector"})]), query="x", now=NOW, tz=UTC)
+    assert vector.mode is None and vector.text.startswith("0.810 ")  # neither hybrid nor lexical
+
+
+def test_AMB30_guidance_and_fact_sheet_are_one_section_on_consecutive_lines(tmp_path: Path) -> None:
+    reader = write(tmp_path, [line("Morgan likes tea.", [fact("drink", "tea")])])
+    pref = _guidance("g-pref", 0.81, "preference")
+    result = memory_recall(Backend([pref]), query="Morgan", now=NOW, tz=UTC, graph=reader)
+    assert result.text.startswith(
+        "\n".join(["Preferences & lessons:", "- preference (user): line g-pref", sheet(reader, "Morgan")])
+        + "\n0.810 "
+    )
+
+
+def test_REC38_conflicting_hits_keep_their_own_note_when_the_sheet_conflicts_too(tmp_path: Path) -> None:
+    reader = write(
+        tmp_path,
+        [
+            line("Morgan works at Acme.", [fact("employer", "Acme")], recorded="2026-09-01T10:00:00.000Z"),
+            line("Morgan works at Globex.", [fact("employer", "Globex")]),
+        ],
+    )
+    hits = [
+        _hit(f"h{i}", 0.81, labels=json.dumps([fact("employer", value)]))
+        for i, value in enumerate(["Acme", "Initech"])
+    ]
+    result = memory_recall(Backend(hits), query="Morgan", now=NOW, tz=UTC, graph=reader)
+    assert result.evidence == "conflicting"
+    notes = [ln for ln in result.text.splitlines() if ln.startswith("Conflicting values")]
+    assert notes == [result.text.splitlines()[0]]  # one note, the hits' own (REC-39)
+    assert "Acme / Initech" in notes[0]
