@@ -12,6 +12,7 @@ import pytest
 
 from tempomem.recall.auto_block import (
     HEADING,
+    BackgroundScopes,
     TurnGate,
     automatic_lookup,
     conversation_bucket,
@@ -19,6 +20,9 @@ from tempomem.recall.auto_block import (
     load_block,
     select_auto_block,
 )
+from tempomem.recall.guidance import BACKGROUND_MAX_BYTES, NO_BACKGROUND, labelled_background
+from tempomem.recall.owner_profile import NO_PROFILE, OwnerProfile
+from tempomem.recall.person_card import PERSON_CARD_MAX_BYTES, person_cards
 from tempomem.recall.search import Hit
 from tempomem.recall.tools import memory_recall
 from tempomem.storage.limits import (
@@ -30,6 +34,7 @@ from tempomem.storage.limits import (
     AUTO_LINE_MAX_BYTES,
     SHORT_MESSAGE_CODE_POINTS,
 )
+from tests.helpers.labelled_graph import fact, line, write
 
 NOW = datetime(2026, 7, 10, 12, 0, tzinfo=UTC)
 OWNER = TurnGate(verified_owner=True, surface="web")
@@ -385,7 +390,7 @@ def test_POL03_the_same_tool_query_reuses_the_turns_automatic_lookup() -> None:
 
 def test_HOST06_AUTO02_named_content_free_diagnostics() -> None:
     from tempomem.recall.auto_block import Diagnostic
-    from tempomem.recall.owner_profile import PROFILE_HEADING, OwnerProfile
+    from tempomem.recall.owner_profile import PROFILE_HEADING
 
     gate = TurnGate(verified_owner=True, surface="web")
     found = automatic_lookup(
@@ -566,3 +571,210 @@ def test_AUTO26_load_applies_the_callers_expiry_supersession_and_zone() -> None:
     honolulu = ZoneInfo("Pacific/Honolulu")
     assert "ended" not in load_block([ends], now=late, tz=honolulu).text
     assert "ended" in load_block([ends], now=late, tz=UTC).text
+
+
+# --------------------------------------------------------------------------------------------------
+# automatic_lookup composes the owner profile, person cards, labelled background and block: each part
+# gets the turn's zone, supersession, intent expiry and conversation, and what the parts before it took
+# (plus a separator each) comes off the automatic context before the next part is sized (GUIDE-15,
+# AUTO-15, PROFILE-02).
+
+KIRITIMATI = ZoneInfo("Pacific/Kiritimati")  # UTC+14: NOW (noon UTC on 07-10) is 07-11 there
+SENDER = "web-owner-7"
+CHAT = "web:thread-5"
+TRIP = "What should I pack for the trip with Morgan next month, and what does Morgan need?"
+
+
+def _lookup_store(root: Path) -> Any:
+    at = "2026-07-01T10:00:00.000Z"
+    return write(
+        root,
+        [
+            line("Morgan lives in Lisbon.", [fact("home", "Lisbon")], recorded=at),
+            line("Morgan's visa.", [fact("visa", "B1")], valid_to="2026-07-10", recorded=at),
+            line("Morgan will call.", [fact("call", "Friday")], type="note", due="2026-07-01", recorded=at),
+            line("Morgan lived in Porto.", [fact("old home", "Porto")], id="c-sup", recorded=at),
+            line(
+                "Morgan liked juice.", [fact("juice", "yes")], status="invalidated", id="c-gone", recorded=at
+            ),
+            *(line(f"Morgan fact {i}.", [fact(f"key {i:02d}", "v" * 60)], recorded=at) for i in range(14)),
+        ],
+    )  # fmt: skip
+
+
+def _pref(hid: str, score: float, scope: str = "agent", **kw: Any) -> Hit:
+    label = [{"kind": "preference", "scope": scope, "key": f"k-{hid}", "value": hid, "attribution": "owner"}]
+    return hit(score, f"Preference {hid}.", id=hid, type="preference", labels=json.dumps(label), **kw)
+
+
+def _fillers() -> list[Hit]:
+    return [hit(0.70, f"filler {i}") for i in range(6)]
+
+
+def _block_hits() -> list[Hit]:
+    """For the block: lines that the zone, supersession, intent expiry or conversation change."""
+    long = "Packing list detail " * 14
+    return [
+        hit(0.89, "Morgan's passport ends.", id="h-visa", valid_to="2026-07-10"),
+        hit(0.89, "Morgan will phone.", id="h-note", due="2026-07-01"),
+        hit(0.89, "Said in this chat.", id="h-chat", source_session=f"{CHAT}#2026-07-10"),
+        hit(0.88, "Morgan moved.", id="h-sup"),
+        hit(0.88, "Morgan forgot.", id="h-forgot", status="invalidated"),
+        *(hit(0.87, f"{long}{i}", id=f"h-long{i}") for i in range(3)),
+        *_fillers(),
+    ]
+
+
+def _scoped_hits() -> list[Hit]:
+    """For the background: lines only the owner's sender id or the conversation put in scope."""
+    return [
+        _pref("g-agent", 0.90),
+        _pref("g-user", 0.90, scope=f"user:{SENDER}"),
+        _pref("g-chat", 0.90, scope=f"conversation:{CHAT}"),
+        hit(0.88, "Packing list detail " * 12, id="h-block"),
+        *_fillers(),
+    ]
+
+
+def _dated_hits() -> list[Hit]:
+    """For the background: lines the zone, supersession or intent expiry take out."""
+    return [
+        _pref("g-agent", 0.90),
+        _pref("g-ended", 0.90, valid_to="2026-07-10"),
+        _pref("g-sup", 0.90),
+        _pref("g-dated", 0.90, due="2026-07-01"),  # dated: out of the pool under intent expiry
+        _pref("g-forgot", 0.90, status="invalidated"),  # no supersession edge: a forget
+        *_fillers(),
+    ]
+
+
+def _turn(**kw: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "tz": KIRITIMATI, "conversation_id": CHAT, "superseded_ids": {"h-sup", "g-sup", "c-sup"},
+        "intent_expiry": True, "background": BackgroundScopes(owner_sender=SENDER),
+    }  # fmt: skip
+    return {**args, **kw}
+
+
+def _composed(reader: Any, hits: list[Hit], profile: Any, used: int, turn: dict[str, Any]) -> dict[str, Any]:
+    """The parts as the documented order and budgets make them, from the parts' own functions."""
+    common = {k: turn[k] for k in ("tz", "superseded_ids", "intent_expiry") if k in turn}
+    if profile.text:
+        used += profile.byte_size + 2
+    cards = person_cards(
+        TRIP, reader, now=NOW, budget=min(PERSON_CARD_MAX_BYTES, AUTO_CONTEXT_MAX_BYTES - used), **common
+    )
+    if cards.text:
+        used += cards.byte_size + 2
+    background = NO_BACKGROUND
+    if turn.get("background") is not None:
+        background = labelled_background(
+            hits, now=NOW, owner_sender=turn["background"].owner_sender,
+            conversation_id=turn.get("conversation_id"),
+            budget=min(BACKGROUND_MAX_BYTES, AUTO_CONTEXT_MAX_BYTES - used), **common,
+        )  # fmt: skip
+    if background.text:
+        used += background.byte_size + 2
+    block = select_auto_block(
+        hits, now=NOW, owner_text=TRIP, gate=OWNER, conversation_id=turn.get("conversation_id"),
+        context_bytes_used=used, shown_elsewhere=background.line_ids, **common,
+    )  # fmt: skip
+    return {"cards": cards, "background": background, "block": block}
+
+
+def _lookup(reader: Any, hits: list[Hit], profile: Any, turn: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    found = automatic_lookup(
+        Backend(hits), TRIP, now=NOW, gate=OWNER, cards_from=reader, profile=profile, **turn, **kw
+    )
+    assert found.profile == profile and found.hits == hits
+    return {"cards": found.cards, "background": found.background, "block": found.block}
+
+
+def _assert_arguments_reach(
+    reader: Any, hits: list[Hit], turn: dict[str, Any], reach: dict[str, Any]
+) -> None:
+    """The lookup equals the composition, and each argument changes each part it should reach: a part
+    that did not get the argument would differ."""
+    base = _composed(reader, hits, NO_PROFILE, 0, turn)
+    assert _lookup(reader, hits, NO_PROFILE, turn) == base
+    for key, (default, parts) in reach.items():
+        other = _composed(reader, hits, NO_PROFILE, 0, {**turn, key: default})
+        assert [p for p in parts if other[p] == base[p]] == [], key
+
+
+def _assert_bytes_taken(reader: Any, hits: list[Hit], turn: dict[str, Any], used_range: range) -> int:
+    """At every ``context_bytes_used`` where one byte changes a part, the lookup's parts are exactly the
+    composed ones: each part took its bytes and one separator from what the next one gets."""
+    profile = OwnerProfile("About the owner: " + "x" * 200)
+    boundaries = 0
+    for used in used_range:
+        want = _composed(reader, hits, profile, used, turn)
+        if want == _composed(reader, hits, profile, used - 1, turn):
+            continue
+        boundaries += 1
+        assert _lookup(reader, hits, profile, turn, context_bytes_used=used) == want, used
+    return boundaries
+
+
+def test_GUIDE15_AUTO15_the_cards_and_block_get_the_turn_and_the_bytes_left(tmp_path: Path) -> None:
+    reader, hits = _lookup_store(tmp_path), _block_hits()
+    turn = _turn(background=None)
+    _assert_arguments_reach(
+        reader, hits, turn,
+        {
+            "tz": (UTC, ("cards", "block")),
+            "superseded_ids": (None, ("cards", "block")),
+            "intent_expiry": (False, ("cards", "block")),
+            "conversation_id": (None, ("block",)),
+        },
+    )  # fmt: skip
+    assert _assert_bytes_taken(reader, hits, turn, range(0, 2400, 7)) >= 4
+
+
+def test_GUIDE06_GUIDE15_the_background_gets_the_scopes_and_takes_its_bytes(tmp_path: Path) -> None:
+    reader, hits = _lookup_store(tmp_path), _scoped_hits()
+    _assert_arguments_reach(
+        reader, hits, _turn(),
+        {"conversation_id": (None, ("background",))},
+    )  # fmt: skip
+    no_sender = _composed(reader, hits, NO_PROFILE, 0, _turn(background=BackgroundScopes()))
+    assert no_sender["background"] != _composed(reader, hits, NO_PROFILE, 0, _turn())["background"]
+    assert _assert_bytes_taken(reader, hits, _turn(), range(740, 800)) >= 1  # the block after it
+
+
+def test_GUIDE16_the_background_gets_the_zone_supersession_and_intent_expiry(tmp_path: Path) -> None:
+    reader, hits = _lookup_store(tmp_path), _dated_hits()
+    _assert_arguments_reach(
+        reader, hits, _turn(),
+        {
+            "tz": (UTC, ("background",)),
+            "superseded_ids": (None, ("background",)),
+            "intent_expiry": (False, ("background",)),
+        },
+    )  # fmt: skip
+
+
+def test_AUTO15_PROFILE02_the_profile_alone_counts_with_its_separator_from_zero(tmp_path: Path) -> None:
+    reader, hits, turn = _lookup_store(tmp_path), _block_hits(), _turn(background=None)
+    found = 0
+    for pad in range(300, 2300, 5):
+        profile = OwnerProfile("About the owner: " + "x" * pad)
+        want = _composed(reader, hits, profile, 0, turn)
+        if want == _composed(reader, hits, profile, 1, turn):
+            continue
+        found += 1
+        assert _lookup(reader, hits, profile, turn) == want, pad  # no context_bytes_used: it starts at 0
+    assert found >= 1
+
+
+def test_AUTO17_PROFILE11_an_empty_message_or_a_failing_backend_keeps_what_was_shown(tmp_path: Path) -> None:
+    reader, profile = _lookup_store(tmp_path), OwnerProfile("About the owner: brief answers.")
+    backend = Backend(_block_hits())
+    empty = automatic_lookup(backend, "  \n", now=NOW, tz=UTC, gate=OWNER, cards_from=reader, profile=profile)
+    assert backend.calls == [] and empty.hits == [] and empty.profile == profile
+    assert empty.block.suppressed == "no_hits" and empty.block.text == ""
+    failed = automatic_lookup(
+        Backend(fail=True), TRIP, now=NOW, gate=OWNER, cards_from=reader, profile=profile, **_turn()
+    )
+    assert failed.block.suppressed == "backend_unavailable" and failed.profile == profile
+    assert failed.cards == _composed(reader, [], profile, 0, _turn())["cards"] and failed.cards.text
