@@ -13,6 +13,8 @@
 #   bash scripts/mutation.sh report     # the kill rate of the last run, per file
 #   bash scripts/mutation.sh results    # mutmut's own list of survivors
 #   bash scripts/mutation.sh show NAME  # the diff of one mutant
+#   bash scripts/mutation.sh sample PERCENT [SEED]  # check a random PERCENT% of each file's unchecked
+#                                       # mutants (drawn once, then resumed); the report estimates the rest
 #
 # mutmut names a mutant by the module path of its file, so it needs the package's import names on disk.
 # The repository maps storage/, recall/, capture/, activities/ and workflows/ under tempomem at install time
@@ -103,6 +105,16 @@ case "${1:-run}" in
     "$root/.venv/bin/mutmut" run --max-children "${TEMPOMEM_MUTATION_JOBS:-2}" "${@:2}" || true
     "$py" "$root/scripts/mutation_report.py" "$root" "$work" "$scope"
     ;;
+  sample)
+    [ -n "${2:-}" ] || { echo "usage: scripts/mutation.sh sample PERCENT [SEED]" >&2; exit 2; }
+    assemble
+    mapfile -t names < <("$py" "$root/scripts/mutation_sample.py" "$work" "$2" "${3:-13}")
+    cd "$work"
+    if [ "${#names[@]}" -gt 0 ]; then
+      "$root/.venv/bin/mutmut" run --max-children "${TEMPOMEM_MUTATION_JOBS:-2}" "${names[@]}" || true
+    fi
+    "$py" "$root/scripts/mutation_report.py" "$root" "$work" "$scope"
+    ;;
   report)
     "$py" "$root/scripts/mutation_report.py" "$root" "$work" "$scope"
     ;;
@@ -113,7 +125,7 @@ case "${1:-run}" in
     cd "$work" && "$root/.venv/bin/mutmut" show "$2"
     ;;
   *)
-    echo "usage: scripts/mutation.sh [run|report|results|show NAME]" >&2
+    echo "usage: scripts/mutation.sh [run|report|results|show NAME|sample PERCENT [SEED]]" >&2
     exit 2
     ;;
 esac

@@ -10,6 +10,7 @@ dev server and the scripted model (tests/test_capture_pipeline.py), which a muta
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -54,6 +55,48 @@ def _rate(killed: int, checked: int) -> str:
     return f"{killed / checked:6.1%}" if checked else "     -"
 
 
+def _sample(work: Path) -> set[str]:
+    path = work / "sample.txt"  # scripts/mutation_sample.py
+    if not path.exists():
+        return set()
+    return {ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+
+
+def _estimate(per_file: dict[str, Counter], sampled: dict[str, Counter], drawn: int) -> None:
+    """The kill rate over every mutant, the unchecked ones estimated file by file from the random sample
+    (stratified estimate; 95% interval from the normal approximation, each file's sampling variance
+    ``U² q(1-q)/n`` with ``q = (k+1)/(n+2)``, so a small all-killed sample is not certain). A file whose
+    sample has no checked member yet takes the pooled sample rate."""
+    pooled_n = sum(c["checked"] for c in sampled.values())
+    if not pooled_n:
+        print(f"sample: {drawn} mutants drawn, none checked yet")
+        return
+    pooled = sum(c["killed"] for c in sampled.values()) / pooled_n
+    killed = mutants = 0.0
+    variance = 0.0
+    print(f"sample: {drawn} drawn, {pooled_n} checked ({pooled:.1%} killed); per file, the unchecked rest:")
+    for rel, c in sorted(per_file.items()):
+        if rel.endswith("(model stages)"):
+            continue
+        exact = sum(c.values()) - c["equivalent"] - c["skipped"] - c["not checked"]
+        s = sampled.get(rel, Counter())
+        p = s["killed"] / s["checked"] if s["checked"] else pooled
+        n = s["checked"] or pooled_n
+        unchecked = c["not checked"]
+        killed += c["killed"] + unchecked * p
+        mutants += exact + unchecked
+        q = (s["killed"] + 1) / (n + 2) if s["checked"] else pooled  # no zero variance from 5/5
+        variance += unchecked**2 * q * (1 - q) / n
+        if unchecked:
+            print(f"  {rel:56} {unchecked:5} unchecked, est. {p:6.1%} (sample {s['killed']}/{s['checked']})")
+    half = 1.96 * math.sqrt(variance) / mutants
+    rate = killed / mutants
+    print(
+        f"estimated kill rate over all {int(mutants)} mutants: {rate:.1%} "
+        f"(95% interval {max(0.0, rate - half):.1%} to {min(1.0, rate + half):.1%})"
+    )
+
+
 def main(root: Path, work: Path, scope: str = "core") -> int:
     equivalent_file = root / "tests" / "mutation_equivalent.txt"
     equivalent = {}
@@ -63,6 +106,8 @@ def main(root: Path, work: Path, scope: str = "core") -> int:
                 name, _, reason = line.partition(" ")
                 equivalent[name] = reason.strip()
     per_file: dict[str, Counter] = defaultdict(Counter)
+    sample = _sample(work)
+    sampled: dict[str, Counter] = defaultdict(Counter)  # per file: the sample's checked members
     survivors: list[str] = []
     for meta in sorted((work / "mutants").rglob("*.py.meta")):
         data = json.loads(meta.read_text())
@@ -72,6 +117,9 @@ def main(root: Path, work: Path, scope: str = "core") -> int:
             if function in MODEL_STAGES.get(module, ()):
                 per_file[rel + " (model stages)"]["killed" if code in KILLED else "outside"] += 1
                 continue
+            if name in sample and code is not None and name not in equivalent and code != 34:
+                sampled[rel]["checked"] += 1
+                sampled[rel]["killed"] += code in KILLED
             if name in equivalent:
                 per_file[rel]["equivalent"] += 1
             elif code in KILLED:
@@ -109,6 +157,8 @@ def main(root: Path, work: Path, scope: str = "core") -> int:
     )
     if total["not checked"]:
         print(f"not checked yet: {total['not checked']}")
+    if sample and total["not checked"]:
+        _estimate(per_file, sampled, len(sample))
     print(f"survivors ({len(survivors)}), see `bash scripts/mutation.sh show NAME`:")
     for name in survivors:
         print("  " + name)
