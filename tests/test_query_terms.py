@@ -119,3 +119,40 @@ def test_cached_terms_cannot_be_mutated_by_a_caller() -> None:
 )
 def test_session_date_anchor_matches_the_records_own_day(anchor: str, day: str, matches: bool) -> None:
     assert scoring.session_date_matches(anchor, day) is matches
+
+
+def _tuned(
+    numeric: tuple[str, ...], months: tuple[str, ...], text: str, day: str | None, dates: bool
+) -> float:
+    anchors = scoring.QueryAnchors(numeric=numeric, names=())
+    terms = scoring.record_terms(text)
+    return scoring.tuned_anchor_bonus(
+        anchors, months, terms, day, numeric_bonus=0.1, name_bonus=0.2, session_dates=dates
+    )
+
+
+@pytest.mark.parametrize(
+    ("numeric", "months", "text", "day", "dates", "share"),
+    [
+        # the session day stands in for a date written in the text, only with session dates on
+        (("2023",), ("05",), "nothing here", "2023-05-08", True, 1.0),
+        (("2023",), ("05",), "nothing here", "2023-05-08", False, 0.0),  # months do not count then
+        (("2023",), ("05",), "in 2023", "2023-05-08", False, 1.0),  # nor share the bonus
+        (("2023",), ("05",), "nothing here", None, True, 0.0),
+        (("2023",), (), "in 2023 we moved", "2021-01-01", True, 1.0),  # the text alone is enough
+        (("2023", "42"), (), "42 apples in 2023", "2021-01-01", False, 1.0),  # each anchor counts once
+        (("2023", "42"), (), "42 apples", "2021-01-01", False, 0.5),
+        # a query month matches the day's month, the month's name in the text, or a date in the text
+        ((), ("05",), "we met in May", "2021-01-01", True, 1.0),
+        ((), ("05",), "we met in June", "2021-01-01", True, 0.0),
+        ((), ("05",), "on 2022-05", "2021-01-01", True, 1.0),
+        ((), ("05",), "on 2022-05-03", "2021-01-01", True, 1.0),
+        ((), ("05",), "on 2022-07", "2021-01-01", True, 0.0),
+        ((), ("05", "06"), "in May", "2021-06-02", True, 1.0),
+        ((), ("05", "06"), "in July", "2021-06-02", True, 0.5),
+    ],
+)
+def test_REC27_tuned_anchor_bonus_counts_session_dates_and_months(
+    numeric: tuple[str, ...], months: tuple[str, ...], text: str, day: str | None, dates: bool, share: float
+) -> None:
+    assert _tuned(numeric, months, text, day, dates) == pytest.approx(0.1 * share)
