@@ -395,3 +395,87 @@ def test_every_profile_describes_its_constants() -> None:
     assert plain.describe() == (
         "y (tuned, floor 0.5, lexical 0.0, anchors 0.15/0.08, session dates off, temporal 0.0, neighbours 0)"
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# The tuned ranker's score, lever by lever, on a profile where every lever is on (recall.profiles).
+
+ALL_LEVERS = profiles.RecallProfile(
+    name="all-levers", ranker="tuned", semantic_floor=0.30, numeric_anchor_bonus=0.10,
+    name_anchor_bonus=0.07, rrf_weight=0.01, rrf_k=7, salience_weight=0.02, lexical_weight=0.20,
+    session_date_anchors=True, temporal_bonus=0.05,
+)  # fmt: skip
+
+
+def _candidate(cid: str, text: str, day: str, **kw: Any) -> Candidate:
+    return Candidate(id=cid, text=text, row={"day": day, "recorded": f"{day}T10:00:00.000Z"}, **kw)
+
+
+def _expected_tuned(query: str, pool: Sequence[Candidate], p: profiles.RecallProfile) -> dict[str, float]:
+    """The docstring's formula, term by term, from the scoring helpers."""
+    vocabulary = scoring.name_vocabulary([c.text for c in pool], [e for c in pool for e in c.entities])
+    anchors = scoring.query_anchors(query, vocabulary)
+    months = scoring.month_anchors(query)
+    best = max((c.bm25_score for c in pool if c.bm25_score is not None), default=0.0)
+    out = {}
+    for c in pool:
+        terms = scoring.record_terms(c.text, c.entities)
+        if c.cosine is None:
+            semantic = scoring.lexical_overlap(scoring.word_tokens(query), terms.words)
+        else:
+            semantic = c.cosine if c.cosine >= p.semantic_floor else 0.0
+        lexical = (
+            p.lexical_weight * max(0.0, c.bm25_score) / best if c.bm25_score is not None and best else 0.0
+        )
+        anchor = scoring.tuned_anchor_bonus(
+            anchors, months, terms, str(c.row["day"]), numeric_bonus=p.numeric_anchor_bonus,
+            name_bonus=p.name_anchor_bonus, session_dates=True,
+        )  # fmt: skip
+        timing = (
+            p.temporal_bonus
+            if scoring.is_temporal_query(query) and scoring.has_time_evidence(c.text, terms)
+            else 0
+        )
+        ties = p.rrf_weight * scoring.rrf(c.bm25_rank, c.vector_rank, k=p.rrf_k)
+        out[c.id] = semantic + lexical + anchor + timing + ties + p.salience_weight * c.salience
+    return out
+
+
+def _tuned_pool() -> list[Candidate]:
+    return [
+        _candidate("at-floor", "Caroline hiked", "2023-05-08", cosine=0.30, bm25_score=4.0, bm25_rank=1),
+        _candidate("below", "Caroline painted yesterday", "2023-06-01", cosine=0.29, vector_rank=2),
+        _candidate("no-vector", "when did melanie paint the lake", "2022-01-02", bm25_score=2.0, bm25_rank=2),
+        _candidate(
+            "entity", "She painted it last week", "2023-05-20", cosine=0.50, vector_rank=1, bm25_score=-1.0,
+            bm25_rank=3, entities=("person:melanie",), salience=0.5,
+        ),
+        _candidate("plain", "A lake in 2023", "2021-07-07", cosine=0.45, vector_rank=3),
+    ]  # fmt: skip
+
+
+def test_REC24_REC27_the_tuned_score_is_the_documented_sum_of_its_levers() -> None:
+    from tempomem.recall.search import rank_tuned
+
+    for query in ("When did caroline and melanie paint the lake in May 2023?", "lake in June"):
+        pool = _tuned_pool()
+        got = {h.id: h.score for h in rank_tuned(query, pool, limit=10, profile=ALL_LEVERS)}
+        assert got == pytest.approx(_expected_tuned(query, pool, ALL_LEVERS), abs=1e-12), query
+    # every lever moved some score: a ranker that dropped one would differ above
+    query = "When did caroline and melanie paint the lake in May 2023?"
+    base = _expected_tuned(query, _tuned_pool(), ALL_LEVERS)
+    for lever, off in [
+        ("name_anchor_bonus", 0.0), ("numeric_anchor_bonus", 0.0), ("temporal_bonus", 0.0),
+        ("rrf_weight", 0.0), ("salience_weight", 0.0), ("lexical_weight", 0.0),
+    ]:  # fmt: skip
+        other = _expected_tuned(query, _tuned_pool(), ALL_LEVERS.model_copy(update={lever: off}))
+        assert other != base, lever
+
+
+def test_REC24_a_pool_whose_best_bm25_is_zero_adds_no_lexical_share() -> None:
+    from tempomem.recall.search import rank_tuned
+
+    pool = [_candidate("a", "x", "2023-01-01", cosine=0.5, bm25_score=0.0, bm25_rank=1)]
+    assert [h.score for h in rank_tuned("x", pool, limit=1, profile=ALL_LEVERS)] == pytest.approx(
+        [0.5 + ALL_LEVERS.rrf_weight / (ALL_LEVERS.rrf_k + 1)]
+    )
