@@ -559,3 +559,71 @@ def test_a_patched_vector_snapshot_reads_new_rows_and_never_dead_ones() -> None:
     assert np.array_equal(two.vectors(np.array([3, 4, 104])), np.stack([unit(3), unit(1), unit(3)]))
     assert base.n == 3 and base.row_of == {"a": 0, "b": 1, "c": 2} and base.dead == frozenset()
     assert one.n == 5 and np.array_equal(one.vectors(np.array([4])), unit(1)[None])
+
+
+def test_AMB32_every_own_write_patches_the_bm25_snapshot_to_exactly_a_fresh_load(store: Path) -> None:
+    """Each of this process's upserts moves the cached BM25 snapshot in memory (never a reload), and after
+    each one it holds what a fresh load of the database holds: the same terms with the same ids and
+    document frequencies, the same document count, lengths and average, the same score for every term.
+    The writes cover a batch of two, a change (gone and added in one delta), repeated terms, postings added
+    on top of added postings, and a term whose last document goes and that comes back under a new id."""
+    import tempomem.recall.fts as fts
+    import tempomem.recall.index as index_mod
+
+    idx = MemoryIndex(store, None)
+    idx.rebuild()
+    idx.search("green tea")  # caches the snapshot of the state before the writes
+    writes = [
+        [("2026-03-04", bullet("Quokka quokka quokka tea on Sark.", id="q1"))],
+        [
+            ("2026-03-04", bullet("The lighthouse keeper drinks tea.", id="k1")),
+            ("2026-03-04", bullet("Ferries to Sark run twice a day.", id="f1")),
+        ],
+        [("2026-03-05", bullet("A quokka swam to Sark.", id="q1"))],
+        [("2026-03-05", bullet("Ferries to Sark run twice a day.", id="f1", status="dropped"))],
+        [("2026-03-06", bullet("The ferries are back.", id="f2"))],
+        [("2026-03-06", bullet("The keeper drinks coffee and tea tea.", id="k1"))],
+        [("2026-03-07", bullet("The cat sleeps on the warm mat all afternoon.", id="cat", status="dropped"))],
+        [
+            ("2026-03-07", bullet("Morgan prefers green tea in the morning.", id="tea", status="dropped")),
+            (
+                "2026-03-07",
+                bullet("The quarterly tax filing deadline is 2026-04-15.", id="tax", status="dropped"),
+            ),
+        ],
+        [
+            ("2026-03-08", bullet("The keeper drinks coffee and tea tea.", id="k1", status="dropped"))
+        ],  # the last doc
+    ]
+    db = str(idx.generation_dir(idx.active_generation() or 0) / index_mod.DB_NAME)
+    ferries_gone = False
+    for batch in writes:
+        for day, b in batch:
+            append_bullets(store / "daily" / f"{day}.md", day, [b])
+        idx.upsert(batch)
+        _key, patched = fts._SNAPSHOTS.items[db]  # still cached: patched, not forgotten
+        assert patched.alive is not None  # moved along with the write, never reloaded
+        with idx._connect(Path(db), read_only=True) as con:
+            fresh = fts.Bm25Snapshot(con)
+        assert patched.dict == fresh.dict
+        assert (patched.num_docs, patched.avgdl, patched.total_len) == (
+            fresh.num_docs, fresh.avgdl, fresh.total_len,
+        )  # fmt: skip
+        live = [n for n, alive in zip(patched.names, patched.alive, strict=True) if alive]
+        assert sorted(live) == sorted(fresh.names)
+        for term in fresh.dict:
+            assert patched.top([term], 100) == fresh.top([term], 100), term
+        ferries_gone = ferries_gone or fts.local_query_terms("ferries")[0] not in fresh.dict  # type: ignore[index]
+    assert ferries_gone and fts.local_query_terms("ferries")[0] in fresh.dict  # type: ignore[index]
+    # and the database those writes left scores as a full rebuild of the same Markdown
+    rebuilt_root = store.parent / "rebuilt"
+    shutil.copytree(store / "daily", rebuilt_root / "daily")
+    rebuilt = MemoryIndex(rebuilt_root, None)
+    rebuilt.rebuild()
+    other_db = rebuilt.generation_dir(rebuilt.active_generation() or 0) / index_mod.DB_NAME
+    with rebuilt._connect(other_db, read_only=True) as con:
+        full = fts.Bm25Snapshot(con)
+    assert {t: df for t, (_, df) in fresh.dict.items()} == {t: df for t, (_, df) in full.dict.items()}
+    assert (fresh.num_docs, fresh.avgdl) == (full.num_docs, full.avgdl)
+    for term in full.dict:
+        assert patched.top([term], 100) == full.top([term], 100), term
