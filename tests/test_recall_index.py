@@ -561,6 +561,30 @@ def test_a_patched_vector_snapshot_reads_new_rows_and_never_dead_ones() -> None:
     assert one.n == 5 and np.array_equal(one.vectors(np.array([4])), unit(1)[None])
 
 
+def test_a_vector_snapshot_top_is_the_exact_top_k_of_its_live_rows() -> None:
+    """``top`` returns integer row positions: the k best live rows by dot product (any k, 0 included),
+    never a dead row, at most as many as are alive."""
+    rng = np.random.default_rng(5)
+
+    def units(n: int) -> np.ndarray:
+        v = rng.normal(size=(n, 8)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    ids = [f"r{i}" for i in range(1000)]  # large enough that a partition around the wrong k shows
+    snap = VectorSnapshot.load((1,), ids, units(1000)).patched(
+        (2,), {"r3", "r7", "r999"}, ["r7", "n1"], units(2)
+    )
+    everything = snap.vectors(np.arange(snap.n))
+    live = snap.n - len(snap.dead)
+    for query in units(6):
+        scores = everything @ query
+        scores[list(snap.dead)] = -np.inf
+        for k in (0, 1, 2, 3, 17, 100, live - 1, live, live + 2):
+            got = snap.top(query, k)
+            assert got.dtype == np.int64 and len(got) == min(k, live)
+            assert set(got.tolist()) == set(np.argsort(-scores)[: min(k, live)].tolist()), k
+
+
 def test_AMB32_every_own_write_patches_the_bm25_snapshot_to_exactly_a_fresh_load(store: Path) -> None:
     """Each of this process's upserts moves the cached BM25 snapshot in memory (never a reload), and after
     each one it holds what a fresh load of the database holds: the same terms with the same ids and
