@@ -561,6 +561,46 @@ def test_a_patched_vector_snapshot_reads_new_rows_and_never_dead_ones() -> None:
     assert one.n == 5 and np.array_equal(one.vectors(np.array([4])), unit(1)[None])
 
 
+def test_state_cache_holds_one_copy_per_index_folder_at_one_state() -> None:
+    """``StateCache``: a copy is served only for the state it was loaded at; loading another generation of
+    a folder replaces the folder's copy (other folders keep theirs); ``patch`` moves the copy of the state
+    before a write to the state after it, forgets it when the write started from another state or the
+    move gives up, and never replaces a copy loaded meanwhile."""
+    from tempomem.recall.state_cache import StateCache
+
+    cache: StateCache[str] = StateCache()
+    loads: list[str] = []
+
+    def load(value: str) -> Any:
+        return lambda: loads.append(value) or value
+
+    gen1, gen2, elsewhere = "/a/index/gen-1/x.duckdb", "/a/index/gen-2/x.duckdb", "/b/index/gen-1/x.duckdb"
+    assert cache.peek(gen1, (1,)) is None
+    assert cache.get(gen1, (1,), load("g1")) == "g1" and cache.get(gen1, (1,), load("again")) == "g1"
+    assert loads == ["g1"] and cache.peek(gen1, (1,)) == "g1"
+    assert cache.peek(gen1, (2,)) is None and cache.peek(gen2, (1,)) is None
+    assert cache.get(gen1, (2,), load("g1 at 2")) == "g1 at 2"  # the state moved: loaded again
+    cache.get(elsewhere, (1,), load("b"))
+    assert cache.get(gen2, (1,), load("g2")) == "g2"
+    assert cache.peek(gen1, (2,)) is None and cache.peek(elsewhere, (1,)) == "b"  # one generation per folder
+    cache.patch(gen2, (1,), (2,), lambda v: v + " moved")
+    assert cache.peek(gen2, (2,)) == "g2 moved" and cache.peek(gen2, (1,)) is None
+    cache.patch(gen2, (1,), (3,), lambda v: v + " wrong")  # the write started from a state not held
+    assert cache.peek(gen2, (2,)) is None and cache.peek(gen2, (3,)) is None
+    cache.get(gen2, (5,), load("g5"))
+    cache.patch(gen2, (5,), (6,), lambda v: None)  # the move gave up
+    assert cache.peek(gen2, (5,)) is None and cache.peek(gen2, (6,)) is None
+    cache.get(gen2, (7,), load("g7"))
+
+    def move_while_another_loads(value: str) -> str:
+        cache.get(gen2, (9,), load("g9"))
+        return value + " moved"
+
+    cache.patch(gen2, (7,), (8,), move_while_another_loads)
+    assert cache.peek(gen2, (9,)) == "g9" and cache.peek(gen2, (8,)) is None
+    assert cache.peek(elsewhere, (1,)) == "b" and loads == ["g1", "g1 at 2", "b", "g2", "g5", "g7", "g9"]
+
+
 def test_a_vector_snapshot_top_is_the_exact_top_k_of_its_live_rows() -> None:
     """``top`` returns integer row positions: the k best live rows by dot product (any k, 0 included),
     never a dead row, at most as many as are alive."""
@@ -593,6 +633,7 @@ def test_AMB32_every_own_write_patches_the_bm25_snapshot_to_exactly_a_fresh_load
     on top of added postings, and a term whose last document goes and that comes back under a new id."""
     import tempomem.recall.fts as fts
     import tempomem.recall.index as index_mod
+    import tempomem.recall.row_snapshot as row_snapshot
 
     idx = MemoryIndex(store, None)
     idx.rebuild()
@@ -625,8 +666,9 @@ def test_AMB32_every_own_write_patches_the_bm25_snapshot_to_exactly_a_fresh_load
         for day, b in batch:
             append_bullets(store / "daily" / f"{day}.md", day, [b])
         idx.upsert(batch)
-        _key, patched = fts._SNAPSHOTS.items[db]  # still cached: patched, not forgotten
+        key, patched = fts._SNAPSHOTS.items[db]  # still cached: patched, not forgotten
         assert patched.alive is not None  # moved along with the write, never reloaded
+        assert row_snapshot._SNAPSHOTS.items[db][0] == key  # the row copy moved to the same state
         with idx._connect(Path(db), read_only=True) as con:
             fresh = fts.Bm25Snapshot(con)
         assert patched.dict == fresh.dict
