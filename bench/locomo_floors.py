@@ -6,8 +6,9 @@ Usage::
 
 Answerable: every question (categories 1-4) against its own conversation's store. Unanswerable: the same
 question against conversation ``(i + 1) mod n``'s store, which holds none of its evidence. For each
-profile the best score of the ranked pool is what the floors see (``shaping.shape_hits``' insufficient-
-evidence note, ``auto_block.select_auto_block``' floor). Printed per profile: the best-score
+profile the best floor score of the ranked pool (``Hit.floor_score``) is what the floors see
+(``shaping.shape_hits``' insufficient-evidence note, ``auto_block.select_auto_block``' floor). Printed
+per profile: the best-score
 distributions, the share of answerable / unanswerable queries whose best clears the reference floors
 (0.65 answer, 0.62 automatic block), and the candidate floor of each rule:
 
@@ -48,7 +49,7 @@ L = importlib.util.module_from_spec(_spec)
 sys.modules["locomo_retrieval"] = L
 _spec.loader.exec_module(L)
 
-GRID = [round(0.40 + 0.01 * i, 2) for i in range(81)]  # 0.40 .. 1.20
+GRID = [round(0.40 + 0.01 * i, 2) for i in range(141)]  # 0.40 .. 1.80
 
 
 def best_scores(
@@ -60,9 +61,16 @@ def best_scores(
     for i, conv in enumerate(conversations):
         idx = indexes[(i + shift) % n]
         for q in conv.questions:
-            cands, hybrid = idx.candidates(q.text, pool=DELIBERATE_SUPERSET)
-            hits = rank(q.text, cands, limit=DELIBERATE_SUPERSET, profile=profile, hybrid=hybrid)
-            out.append(max((h.score for h in hits), default=float("-inf")))
+            found = idx.gather(q.text, pool=DELIBERATE_SUPERSET)
+            hits = rank(
+                q.text,
+                found.candidates,
+                limit=DELIBERATE_SUPERSET,
+                profile=profile,
+                hybrid=found.hybrid,
+                context=found.context,
+            )
+            out.append(max((h.floor_score for h in hits), default=float("-inf")))
     return out
 
 

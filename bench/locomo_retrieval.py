@@ -29,6 +29,7 @@ import argparse
 import hashlib
 import importlib.metadata
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -53,7 +54,7 @@ if str(ROOT) not in sys.path:
 from tempomem.recall import profiles as P  # noqa: E402
 from tempomem.recall.embedding import EmbeddingIdentity, LocalMiniLMEmbedder  # noqa: E402
 from tempomem.recall.index import MemoryIndex  # noqa: E402
-from tempomem.recall.search import Candidate, rank  # noqa: E402
+from tempomem.recall.search import Candidate, ContextLines, rank  # noqa: E402
 from tempomem.storage.limits import DELIBERATE_SUPERSET  # noqa: E402
 from tempomem.storage.markdown import Bullet, append_bullets  # noqa: E402
 
@@ -348,6 +349,19 @@ def rows() -> list[Row]:
 
 
 MINILM_BASE = _embedding_first("minilm-embedding-first", P.MINILM_EMBEDDER)
+# The shipped MiniLM constants before context lines (issue #17), kept as a row and a held-out baseline.
+MINILM_V1 = _variant(
+    P.TUNED_MINILM,
+    "tuned-minilm-v1",
+    lexical_weight=0.3,
+    neighbour_weight=0.4,
+    neighbour2_weight=0.2,
+    temporal_bonus=0.02,
+    context_seeds=0,
+    floor_on="score",
+    answer_floor=0.81,
+    auto_floor=0.93,
+)
 
 
 def onnx_rows(label: str) -> list[Row]:
@@ -363,6 +377,7 @@ def minilm_rows() -> list[Row]:
     t = P.TUNED_MINILM
     lex, names, dates, temporal = _levers(MINILM_BASE, t, "minilm")
     near = _variant(temporal, "minilm+…+neighbours", neighbour_weight=t.neighbour_weight)
+    near2 = _variant(near, "minilm+…+neighbours2", neighbour2_weight=t.neighbour2_weight)
     minilm = EmbeddingIdentity("local", "all-MiniLM-L6-v2-int8", 384)
     return [
         Row("MiniLM lever: embedding-first, no floor, no anchors", "minilm", MINILM_BASE),
@@ -371,7 +386,13 @@ def minilm_rows() -> list[Row]:
         Row(f"MiniLM lever: + session-date/number anchors ({t.numeric_anchor_bonus})", "minilm", dates),
         Row(f"MiniLM lever: + temporal-question handling ({t.temporal_bonus})", "minilm", temporal),
         Row(f"MiniLM lever: + neighbour context ±1 ({t.neighbour_weight})", "minilm", near),
-        Row(f"MiniLM lever: + neighbour context ±2 ({t.neighbour2_weight}) = TUNED_MINILM", "minilm", t),
+        Row(f"MiniLM lever: + neighbour context ±2 ({t.neighbour2_weight})", "minilm", near2),
+        Row(f"MiniLM lever: + context lines of the top {t.context_seeds} = TUNED_MINILM", "minilm", t),
+        Row(
+            "TUNED_MINILM before context lines (lexical 0.3, neighbours 0.4/0.2, temporal 0.02)",
+            "minilm",
+            MINILM_V1,
+        ),
         Row(
             "TUNED_MINILM without anchors/temporal (lexical + neighbours only)",
             "minilm",
@@ -489,8 +510,9 @@ class Pool:
     question: Question
     candidates: list[Candidate]
     hybrid: bool
-    gather_ms: float  # MemoryIndex.candidates(), query embedding excluded (memoised)
+    gather_ms: float  # MemoryIndex.gather(), query embedding excluded (memoised)
     embed_ms: float | None = None  # the real query embedding, for sampled questions
+    context: ContextLines | None = None  # fetches context lines from the same index (tuned profiles)
 
 
 def collect_pools(
@@ -500,8 +522,9 @@ def collect_pools(
     for i, conv in enumerate(conversations):
         for q in conv.questions:
             started = time.perf_counter()
-            cands, hybrid = indexes[i].candidates(q.text, pool=DELIBERATE_SUPERSET)
-            pools.append(Pool(i, q, cands, hybrid, (time.perf_counter() - started) * 1000))
+            found = indexes[i].gather(q.text, pool=DELIBERATE_SUPERSET)
+            ms = (time.perf_counter() - started) * 1000
+            pools.append(Pool(i, q, found.candidates, found.hybrid, ms, context=found.context))
     if embed_sample > 0 and pools:
         emb.time_query(pools[0].question.text)  # warm-up: loading the model is not a query's cost
         step = max(1, len(pools) // embed_sample)
@@ -519,7 +542,9 @@ def evaluate(row: Row, pools: Sequence[Pool], *, fresh: bool = True) -> Result:
             for c in p.candidates:
                 c.terms = None
         started = time.perf_counter()
-        hits = rank(p.question.text, p.candidates, limit=10, profile=row.profile, hybrid=p.hybrid)
+        hits = rank(
+            p.question.text, p.candidates, limit=10, profile=row.profile, hybrid=p.hybrid, context=p.context
+        )
         ms = p.gather_ms + (time.perf_counter() - started) * 1000
         res.add([h.id for h in hits], p.question, ms, None if p.embed_ms is None else ms + p.embed_ms)
         res.conv.append(p.conv)
@@ -536,7 +561,14 @@ def check_pool_reuse(row: Row, pools: Sequence[Pool], indexes: list[MemoryIndex]
         ]
         reused = [
             (h.id, h.score)
-            for h in rank(p.question.text, p.candidates, limit=10, profile=row.profile, hybrid=p.hybrid)
+            for h in rank(
+                p.question.text,
+                p.candidates,
+                limit=10,
+                profile=row.profile,
+                hybrid=p.hybrid,
+                context=p.context,
+            )
         ]
         if direct != reused:
             raise SystemExit(f"pool reuse differs from search() for {row.label!r}: {p.question.text!r}")
@@ -607,22 +639,26 @@ def print_unreached(results: list[tuple[Row, Result]]) -> None:
 
 
 def grid(base: P.RecallProfile) -> list[P.RecallProfile]:
-    """The weights the tuned profiles were chosen from (the same grid for every fold)."""
+    """The weights a tuned profile is chosen from (the same grid for every fold). A profile with context
+    lines is chosen from a wider grid that also picks how many of the best candidates lend them."""
+    if base.context_seeds:
+        axes = ((0.3, 0.5, 0.7), (0.3, 0.5, 0.7), (0.2, 0.3, 0.5, 0.7), (0.0, 0.02, 0.04), (5, 10, 20))
+    else:
+        axes = ((0.2, 0.3, 0.5), (0.2, 0.3, 0.4), (0.0, 0.1, 0.2, 0.3), (0.0, 0.02, 0.04), (0,))
     out = []
-    for lex in (0.2, 0.3, 0.5):
-        for neighbour in (0.2, 0.3, 0.4):
-            for neighbour2 in (0.0, 0.1, 0.2, 0.3):
-                for temporal in (0.0, 0.02, 0.04):
-                    out.append(
-                        _variant(
-                            base,
-                            f"grid-lex{lex}-n{neighbour}/{neighbour2}-t{temporal}",
-                            lexical_weight=lex,
-                            neighbour_weight=neighbour,
-                            neighbour2_weight=neighbour2,
-                            temporal_bonus=temporal,
-                        )
-                    )
+    for lex, neighbour, neighbour2, temporal, seeds in itertools.product(*axes):
+        name = f"grid-lex{lex}-n{neighbour}/{neighbour2}-t{temporal}" + (f"-c{seeds}" if seeds else "")
+        out.append(
+            _variant(
+                base,
+                name,
+                lexical_weight=lex,
+                neighbour_weight=neighbour,
+                neighbour2_weight=neighbour2,
+                temporal_bonus=temporal,
+                context_seeds=seeds,
+            )
+        )
     return out
 
 
@@ -783,6 +819,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"# {row.label}: r@5 {_mean(res.r5):.3f} ({row.profile.describe()})", flush=True)
             if name == "minilm" and args.heldout:
                 extra += heldout("TUNED_MINILM levers", name, P.TUNED_MINILM, pools, len(conversations))
+                extra += heldout(
+                    "TUNED_MINILM levers before context lines", name, MINILM_V1, pools, len(conversations)
+                )
             if name in ONNX_FILES and args.heldout:
                 extra += heldout(
                     f"TUNED_MINILM levers on {name}", name, P.TUNED_MINILM, pools, len(conversations)

@@ -206,7 +206,7 @@ def select_auto_block(
     if not pool:
         return _empty("no_hits")
     best = max(h.score for h in pool)
-    if best < scored_by(h.profile for h in hits).auto_floor - SCORE_EPSILON:
+    if max(h.floor_score for h in pool) < scored_by(h.profile for h in hits).auto_floor - SCORE_EPSILON:
         return _empty("below_floor")
 
     window: list[Hit] = []

@@ -254,6 +254,7 @@ class Bm25Snapshot:
         self.alive: np.ndarray | None = None
         self.extra: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.total_len = int(self.lens.sum())
+        self._positions: dict[str, int] | None = None  # name -> position, built on first ``scores_of``
 
     def patched(self, delta: FtsDelta) -> Bm25Snapshot | None:
         """This snapshot moved past ``delta`` (one committed ``apply_changes``), sharing the unchanged
@@ -275,6 +276,10 @@ class Bm25Snapshot:
             return None  # docids must keep ascending for searchsorted
         new.docids = np.concatenate([self.docids, np.asarray([d for d, _, _ in delta.docs], np.int64)])
         new.names = self.names + [name for _, name, _ in delta.docs]
+        # Positions only grow and a re-added name comes later: extend the map instead of rebuilding it.
+        new._positions = None
+        if self._positions is not None:
+            new._positions = self._positions | {name: n_old + i for i, (_, name, _) in enumerate(delta.docs)}
         new.lens = np.concatenate([self.lens, np.asarray([n for _, _, n in delta.docs], np.float64)])
         new.alive = np.concatenate([alive, np.ones(len(delta.docs), bool)])
         total_len += sum(n for _, _, n in delta.docs)
@@ -342,6 +347,39 @@ class Bm25Snapshot:
             hit_pos = hit_pos[scores[hit_pos] >= kth]
         ranked = sorted((-float(scores[p]), self.names[p]) for p in hit_pos)
         return [(name, -neg) for neg, name in ranked[:pool]]
+
+    def scores_of(self, terms: Sequence[str], names: Sequence[str]) -> dict[str, float]:
+        """The BM25 score of each named live document that holds a query term, exactly as ``top`` scores
+        it (same operations, terms summed in the same order); documents without one are left out."""
+        if self._positions is None:
+            self._positions = {name: i for i, name in enumerate(self.names)}  # a later position wins
+        found = [(name, p) for name in names if (p := self._positions.get(name)) is not None]
+        if self.alive is not None:
+            found = [(name, p) for name, p in found if self.alive[p]]
+        if not found:
+            return {}
+        want = np.asarray([p for _, p in found], np.int64)
+        scores = np.zeros(len(want), np.float64)
+        for term in terms:
+            hit = self.dict.get(term)
+            if hit is None:
+                continue
+            termid, df = hit
+            idf = math.log10((((self.num_docs - df) + 0.5) / (df + 0.5)) + 1)
+            parts = []
+            if termid in self.ranges:
+                a, b = self.ranges[termid]
+                parts.append((self.post_pos[a:b], self.post_tf[a:b]))
+            if termid in self.extra:
+                parts.append(self.extra[termid])
+            for pos, tf in parts:  # each ascending by position
+                at = np.minimum(np.searchsorted(pos, want), len(pos) - 1)
+                held = pos[at] == want
+                t = tf[at[held]]
+                scores[held] += idf * (
+                    ((t * 22) / 10.0) / (t + (1.2 * (0.25 + (0.75 * (self.lens[want[held]] / self.avgdl)))))
+                )
+        return {name: float(v) for (name, _), v in zip(found, scores, strict=True) if v != 0.0}
 
 
 _SNAPSHOTS: StateCache[Bm25Snapshot] = StateCache()

@@ -69,7 +69,7 @@ def guidance_lines(
     for rank, hit in enumerate(candidates[:GUIDANCE_WINDOW]):
         if not is_recallable(hit, superseded_ids):
             continue
-        if kind is None and hit.score < floor - SCORE_EPSILON:
+        if kind is None and hit.floor_score < floor - SCORE_EPSILON:
             continue  # GUIDE-03: an explicit kind may show lines below the floor
         if currentness(hit, now=now, tz=tz, superseded_ids=superseded_ids).state != "current":
             continue
@@ -179,7 +179,7 @@ def _entries(
     out: list[_Entry] = []
     seen_text: set[str] = set()
     for rank, hit in enumerate(window):
-        if hit.score < floor - SCORE_EPSILON:
+        if hit.floor_score < floor - SCORE_EPSILON:
             continue
         info = currentness(hit, now=now, tz=tz, superseded_ids=superseded_ids, intent_expiry=intent_expiry)
         if info.state != "current":

@@ -77,10 +77,12 @@ def recency_order(
     if not hits:
         return []
     best = max(h.score for h in hits)
-    if best < floor - _EPSILON:
+    if max(h.floor_score for h in hits) < floor - _EPSILON:
         return list(hits)  # nothing qualifies: hits below the floor are never reordered (INTENT-35)
     slots = [
-        i for i, h in enumerate(hits) if h.score >= floor - _EPSILON and best - h.score <= margin + _EPSILON
+        i
+        for i, h in enumerate(hits)
+        if h.floor_score >= floor - _EPSILON and best - h.score <= margin + _EPSILON
     ]
     ranked = sorted(
         slots, key=lambda i: (-(hits[i].score + recency_term(hits[i], now=now)), -hits[i].score, i)

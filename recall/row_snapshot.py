@@ -57,6 +57,17 @@ class RowSnapshot:
         out += [r for r in self.overlay.values() if r is not None and int(r[seq_at]) > newer_than]  # type: ignore[call-overload]
         return out
 
+    def at_seqs(self, seqs: Sequence[int]) -> list[Row]:
+        """The rows whose seq is one of ``seqs`` (a row written since the load replaces its old copy)."""
+        if not seqs:
+            return []
+        wanted = set(seqs)
+        seq_at = self.columns.index("seq")
+        hits = pc.indices_nonzero(pc.is_in(self.table.column("seq"), pa.array(sorted(wanted), pa.int64())))
+        out = [r for r in self._take(hits.to_pylist()) if r[0] not in self.overlay]
+        out += [r for r in self.overlay.values() if r is not None and r[seq_at] in wanted]
+        return out
+
     def patched(self, written: Sequence[Row], removed: Iterable[str]) -> RowSnapshot:
         new = object.__new__(RowSnapshot)
         new.columns, new.table, new.position = self.columns, self.table, self.position

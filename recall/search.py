@@ -6,7 +6,7 @@ pool into ordered ``Hit``s, deterministically (ties broken by id), so a rebuild 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -44,6 +44,15 @@ class Hit(BaseModel):
     # The profile that produced ``score`` (hybrid rankings only): the shaping floors follow its scale
     # (``recall.profiles.scored_by``). Never serialised; None (hand-made, graph-derived, lexical) = reference.
     profile: RecallProfile | None = Field(default=None, exclude=True, repr=False)
+    # The score before conversation context, for a profile whose floors compare it (``floor_on``):
+    # neighbour and context boosts grow with how many related lines a store holds, not with how well
+    # the line matches, so on that scale a floor means the same in a small store as in a large one.
+    evidence: float | None = Field(default=None, exclude=True, repr=False)
+
+    @property
+    def floor_score(self) -> float:
+        """What evidence floors compare: ``evidence`` when the scoring profile set it, else ``score``."""
+        return self.score if self.evidence is None else self.evidence
 
 
 @dataclass
@@ -62,7 +71,18 @@ class Candidate:
     terms: scoring.RecordTerms | None = field(default=None, repr=False)
 
 
-def _hit(c: Candidate, score: float, mode: Mode, profile: RecallProfile | None = None) -> Hit:
+# Fetches the lines at the given (day, seq) positions that exist, as candidates scored by their stored
+# vector and BM25 against the same query (``MemoryIndex.gather``). Positions with no line are skipped.
+ContextLines = Callable[[Sequence[tuple[str, int]]], list[Candidate]]
+
+
+def _hit(
+    c: Candidate,
+    score: float,
+    mode: Mode,
+    profile: RecallProfile | None = None,
+    evidence: float | None = None,
+) -> Hit:
     r = c.row
     return Hit(
         id=c.id,
@@ -87,6 +107,7 @@ def _hit(c: Candidate, score: float, mode: Mode, profile: RecallProfile | None =
         insight=bool(r.get("insight") or False),
         path=r.get("path"),  # type: ignore[arg-type]
         profile=profile,
+        evidence=evidence,
     )
 
 
@@ -135,13 +156,21 @@ def rank_lexical(query: str, candidates: Sequence[Candidate], *, limit: int) -> 
 
 
 def rank_tuned(
-    query: str, candidates: Sequence[Candidate], *, limit: int, profile: RecallProfile
+    query: str,
+    candidates: Sequence[Candidate],
+    *,
+    limit: int,
+    profile: RecallProfile,
+    context: ContextLines | None = None,
 ) -> list[Hit]:
     """Embedding-first like the reference, plus the tuned profile's bounded levers (see recall.profiles)::
 
     score = semantic(cos ≥ floor) + lexical_weight × bm25 / best_bm25 + anchors(numeric, names,
             session dates) + temporal_bonus [time question × time evidence] + tie-breakers
-    """
+
+    With ``context`` and ``profile.context_seeds``, the lines within the neighbour distance of the
+    best-scoring candidates join the pool (scored the same way, against the same best BM25) before
+    neighbour context is added."""
     vocabulary = (
         scoring.name_vocabulary((c.text for c in candidates), (e for c in candidates for e in c.entities))
         if profile.name_anchor_bonus
@@ -152,8 +181,8 @@ def rank_tuned(
     query_words = scoring.word_tokens(query)
     temporal = profile.temporal_bonus > 0 and scoring.is_temporal_query(query)
     best_bm25 = max((c.bm25_score for c in candidates if c.bm25_score is not None), default=0.0)
-    scored = []
-    for c in candidates:
+
+    def score(c: Candidate) -> float:
         terms = _terms(c)
         if c.cosine is not None:
             evidence = c.cosine if c.cosine >= profile.semantic_floor else 0.0
@@ -173,11 +202,43 @@ def rank_tuned(
         if temporal and scoring.has_time_evidence(c.text, terms):
             bonus += profile.temporal_bonus
         ties = profile.rrf_weight * scoring.rrf(c.bm25_rank, c.vector_rank, k=profile.rrf_k)
-        scored.append((evidence + bonus + ties + profile.salience_weight * c.salience, c))
-    if profile.neighbour_weights():
-        scored = scoring.with_neighbours(scored, profile.neighbour_weights())
+        return evidence + bonus + ties + profile.salience_weight * c.salience
+
+    scored = [(score(c), c) for c in candidates]
+    weights = profile.neighbour_weights()
+    if context is not None and profile.context_seeds and weights:
+        wanted = context_positions(scored, profile.context_seeds, len(weights))
+        scored += [(score(c), c) for c in context(wanted)]
+    before = {id(c): s for s, c in scored} if profile.floor_on == "evidence" else {}
+    if weights:
+        scored = scoring.with_neighbours(scored, weights)
     scored.sort(key=lambda sc: (-sc[0], sc[1].id))
-    return [_hit(c, s, "hybrid", profile) for s, c in scored[:limit]]
+    return [_hit(c, s, "hybrid", profile, before.get(id(c))) for s, c in scored[:limit]]
+
+
+def context_positions(
+    scored: Sequence[tuple[float, Candidate]], seeds: int, distance: int
+) -> list[tuple[str, int]]:
+    """The (day, seq) positions within ``distance`` of the ``seeds`` best candidates that no candidate
+    holds, nearest seed first (ties by id, so the order is deterministic)."""
+    held = {_position(c) for _, c in scored}
+    out: list[tuple[str, int]] = []
+    for _, c in sorted(scored, key=lambda sc: (-sc[0], sc[1].id))[:seeds]:
+        pos = _position(c)
+        if pos is None:
+            continue
+        day, seq = pos
+        for d in range(1, distance + 1):
+            for near in ((day, seq - d), (day, seq + d)):
+                if near[1] > 0 and near not in held:
+                    held.add(near)
+                    out.append(near)
+    return out
+
+
+def _position(c: Candidate) -> tuple[str, int] | None:
+    seq = c.row.get("seq")
+    return (str(c.row.get("day") or ""), seq) if isinstance(seq, int) else None
 
 
 def rank_single(
@@ -194,10 +255,17 @@ def rank_single(
 
 
 def rank(
-    query: str, candidates: Sequence[Candidate], *, limit: int, profile: RecallProfile, hybrid: bool
+    query: str,
+    candidates: Sequence[Candidate],
+    *,
+    limit: int,
+    profile: RecallProfile,
+    hybrid: bool,
+    context: ContextLines | None = None,
 ) -> list[Hit]:
     """Order a candidate pool with ``profile``. ``hybrid=False`` (Lite, embedding outage) is always the
-    lexical mode (REC-32), whatever the profile."""
+    lexical mode (REC-32), whatever the profile. ``context`` fetches lines the pool does not hold (the
+    tuned ranker's context lines; ``MemoryIndex.gather`` provides it)."""
     if not hybrid:
         if profile.ranker == "bm25":
             return rank_single(candidates, limit=limit, retriever="bm25")
@@ -206,4 +274,4 @@ def rank(
         return rank_hybrid(query, candidates, limit=limit, profile=profile)
     if profile.ranker in ("bm25", "vector"):
         return rank_single(candidates, limit=limit, retriever=profile.ranker)
-    return rank_tuned(query, candidates, limit=limit, profile=profile)
+    return rank_tuned(query, candidates, limit=limit, profile=profile, context=context)

@@ -71,7 +71,7 @@ def tail_cut(
         return []
     best_index = max(range(len(hits)), key=lambda i: (hits[i].score, -i))
     best = hits[best_index].score
-    apply_floor = best >= floor - SCORE_EPSILON
+    apply_floor = max(h.floor_score for h in hits) >= floor - SCORE_EPSILON
     kept: list[Hit] = []
     for i, h in enumerate(hits):
         if i == best_index:
@@ -79,7 +79,7 @@ def tail_cut(
             continue
         if best - h.score > margin + SCORE_EPSILON:
             continue
-        if apply_floor and h.score < floor - SCORE_EPSILON:
+        if apply_floor and h.floor_score < floor - SCORE_EPSILON:
             continue
         kept.append(h)
     return kept
@@ -363,7 +363,7 @@ def shape_hits(
         superseded_ids=superseded_ids,
         intent_expiry=intent_expiry,
     )
-    best = max(h.score for h in live)
+    best = max(h.floor_score for h in live)
     if floor is None:
         floor = answer_floor(live)
     kept = list(live) if original_query else tail_cut(live, margin=margin, floor=floor)

@@ -523,10 +523,13 @@ def test_integration_real_index_background(tmp_path: Path) -> None:
     query = "Do I prefer short answers without a preamble?"
     got = automatic_lookup(index, query, now=NOW, tz=UTC, gate=OWNER, conversation_id=THIS_CHAT,
                            background=BackgroundScopes())  # fmt: skip
-    scores = {h.id: h.score for h in got.hits}
+    from tempomem.recall.profiles import scored_by
+
+    floor = scored_by(h.profile for h in got.hits).auto_floor  # the default profile's, on its scale
+    scores = {h.id: h.floor_score for h in got.hits}
     assert got.background.line_ids[0] == "r1"
     assert set(got.background.line_ids) <= {"r1", "r2"}  # r5 is an assistant-noted lesson
-    assert ("r2" in got.background.line_ids) is (scores["r2"] >= AUTO_BLOCK_FLOOR)
+    assert ("r2" in got.background.line_ids) is (scores["r2"] >= floor)
     assert "r1" not in got.block.line_ids
     assert got.background.text.splitlines()[2] == (
         "- preference (agent): I prefer short answers without a long preamble. "

@@ -58,7 +58,7 @@ def test_reference_floors_are_exactly_the_spec_constants() -> None:
 
 
 def test_tuned_floors_are_on_their_own_scale() -> None:
-    assert (TUNED_MINILM.answer_floor, TUNED_MINILM.auto_floor) == (0.81, 0.93)
+    assert (TUNED_MINILM.answer_floor, TUNED_MINILM.auto_floor) == (0.88, 0.98)
     assert (TUNED.answer_floor, TUNED.auto_floor) == (0.95, 0.98)
     for p in (TUNED, TUNED_MINILM):
         # Unlike the reference, the automatic block is the stricter one: it is injected unasked.
@@ -71,7 +71,7 @@ def test_scored_by() -> None:
     assert scored_by([None, None]) is REFERENCE
     assert scored_by([TUNED_MINILM, None, TUNED_MINILM]) == TUNED_MINILM  # graph lines carry none
     assert scored_by([TUNED, TUNED_MINILM]) is REFERENCE  # mixed scales: the reference contract
-    assert answer_floor([hit(0.9, TUNED_MINILM)]) == 0.81
+    assert answer_floor([hit(0.9, TUNED_MINILM)]) == 0.88
     assert answer_floor([hit(0.9, None)]) == 0.65
 
 
@@ -102,7 +102,7 @@ def test_rank_stamps_the_profile_on_hybrid_hits_only() -> None:
 def test_insufficient_note_uses_the_tuned_answer_floor(
     score: float, tuned_note: bool, reference_note: bool
 ) -> None:
-    """0.80 clears the reference's 0.65 but not tuned-minilm's 0.81: the same number is no answer on
+    """0.80 clears the reference's 0.65 but not tuned-minilm's 0.88: the same number is no answer on
     the tuned scale."""
     for profile, expected in (
         (TUNED_MINILM, tuned_note),
@@ -113,15 +113,15 @@ def test_insufficient_note_uses_the_tuned_answer_floor(
         assert (shaped.evidence == "insufficient") is expected
         assert any(n.startswith(INSUFFICIENT_PREFIX) for n in shaped.notes) is expected
     shaped = shape_hits([hit(0.80, TUNED_MINILM)], now=NOW, tz=UTC, limit=8)
-    assert "below 0.810" in shaped.notes[0]
+    assert "below 0.880" in shaped.notes[0]
 
 
 def test_tail_cut_floor_follows_the_profile() -> None:
-    """Best clears the tuned floor: tuned hits below 0.81 are cut, within the 0.15 margin as before."""
-    tuned = [hit(0.95, TUNED_MINILM), hit(0.85, TUNED_MINILM), hit(0.805, TUNED_MINILM)]
-    assert [h.score for h in shape_hits(tuned, now=NOW, tz=UTC, limit=8).hits] == [0.95, 0.85]
-    ref = [hit(0.95, REFERENCE), hit(0.85, REFERENCE), hit(0.805, REFERENCE)]
-    assert [h.score for h in shape_hits(ref, now=NOW, tz=UTC, limit=8).hits] == [0.95, 0.85, 0.805]
+    """Best clears the tuned floor: tuned hits below 0.88 are cut, within the 0.15 margin as before."""
+    tuned = [hit(0.98, TUNED_MINILM), hit(0.9, TUNED_MINILM), hit(0.875, TUNED_MINILM)]
+    assert [h.score for h in shape_hits(tuned, now=NOW, tz=UTC, limit=8).hits] == [0.98, 0.9]
+    ref = [hit(0.98, REFERENCE), hit(0.9, REFERENCE), hit(0.875, REFERENCE)]
+    assert [h.score for h in shape_hits(ref, now=NOW, tz=UTC, limit=8).hits] == [0.98, 0.9, 0.875]
 
 
 def test_memory_recall_text_carries_the_tuned_note() -> None:
@@ -139,8 +139,8 @@ def test_memory_recall_text_carries_the_tuned_note() -> None:
 @pytest.mark.parametrize(
     ("score", "profile", "shown"),
     [
-        (0.90, TUNED_MINILM, False),  # clears 0.62, not 0.93
-        (0.93, TUNED_MINILM, True),
+        (0.97, TUNED_MINILM, False),  # clears 0.62, not 0.98
+        (0.98, TUNED_MINILM, True),
         (0.90, REFERENCE, True),
         (0.90, None, True),
         (0.97, TUNED, False),  # e5 tuned: 0.98
@@ -174,7 +174,7 @@ def _labelled(score: float, profile: RecallProfile | None) -> Hit:
 
 @pytest.mark.parametrize(
     ("score", "profile", "shown"),
-    [(0.90, TUNED_MINILM, False), (0.95, TUNED_MINILM, True), (0.90, REFERENCE, True)],
+    [(0.97, TUNED_MINILM, False), (0.99, TUNED_MINILM, True), (0.90, REFERENCE, True)],
 )
 def test_labelled_background_uses_the_profile_auto_floor(
     score: float, profile: RecallProfile | None, shown: bool
@@ -186,7 +186,7 @@ def test_labelled_background_uses_the_profile_auto_floor(
 
 @pytest.mark.parametrize(
     ("score", "profile", "shown"),
-    [(0.80, TUNED_MINILM, False), (0.81, TUNED_MINILM, True), (0.70, REFERENCE, True), (0.64, None, False)],
+    [(0.87, TUNED_MINILM, False), (0.88, TUNED_MINILM, True), (0.70, REFERENCE, True), (0.64, None, False)],
 )
 def test_guidance_section_uses_the_profile_answer_floor(
     score: float, profile: RecallProfile | None, shown: bool
@@ -217,3 +217,64 @@ def test_every_registered_profile_has_floors() -> None:
         assert 0 < p.auto_floor < 2 and 0 < p.answer_floor < 2
         if p.ranker != "tuned":  # on the reference scale the block is the looser floor (0.62 < 0.65)
             assert p.auto_floor <= p.answer_floor
+
+
+# --------------------------------------------------------------------------------------------------
+# Floors on the evidence before conversation context (``floor_on="evidence"``, issue #17)
+
+
+def test_rank_records_the_evidence_before_context_only_for_profiles_whose_floors_use_it() -> None:
+    """tuned-minilm's hits carry their score before neighbour context as ``evidence``; a profile with
+    ``floor_on="score"`` (e5 ``tuned``, the reference) carries none, so its floors see the score."""
+    cands = [
+        Candidate(id="a", text="green tea every morning", row={"day": "2026-05-01", "seq": 1}, cosine=0.8,
+                  bm25_rank=1, bm25_score=2.0, vector_rank=1),
+        Candidate(id="b", text="coffee after lunch", row={"day": "2026-05-01", "seq": 2}, cosine=0.6,
+                  vector_rank=2),
+    ]  # fmt: skip
+    assert TUNED_MINILM.floor_on == "evidence" and TUNED.floor_on == REFERENCE.floor_on == "score"
+    flat = TUNED_MINILM.model_copy(update={"neighbour_weight": 0.0, "neighbour2_weight": 0.0})
+    before = {h.id: h.score for h in rank("tea", cands, limit=5, profile=flat, hybrid=True)}
+    hits = rank("tea", cands, limit=5, profile=TUNED_MINILM, hybrid=True)
+    assert {h.id: h.evidence for h in hits} == before == {h.id: h.floor_score for h in hits}
+    assert hits[1].score > hits[1].evidence  # type: ignore[operator]  # b gained a's neighbour context
+    for profile in (TUNED, REFERENCE):
+        got = rank("tea", cands, limit=5, profile=profile, hybrid=True)
+        assert all(h.evidence is None and h.floor_score == h.score for h in got)
+    assert "evidence" not in hits[0].model_dump()  # never serialised (CLI JSON unchanged)
+
+
+def test_every_floor_compares_the_evidence_when_a_hit_carries_it() -> None:
+    """Scores far above the floors, evidence below them: no answer, no tail line, no automatic block, no
+    background, no guidance; the same evidence above the floors passes everywhere."""
+    low, high = TUNED_MINILM.answer_floor - 0.05, TUNED_MINILM.auto_floor + 0.01
+
+    def h(evidence: float, text: str = "Morgan prefers green tea.", **kw: Any) -> Hit:
+        return hit(2.0, TUNED_MINILM, text, evidence=evidence, **kw)
+
+    shaped = shape_hits([h(low)], now=NOW, tz=UTC, limit=8)
+    assert shaped.evidence == "insufficient"
+    assert shape_hits([h(high)], now=NOW, tz=UTC, limit=8).evidence is None
+    kept = shape_hits([h(high), h(low, "another line")], now=NOW, tz=UTC, limit=8).hits
+    assert len(kept) == 1  # same score, evidence under the answer floor: cut
+    block = select_auto_block([h(low)], now=NOW, tz=UTC, gate=OWNER, owner_text=QUESTION)
+    assert block.suppressed == "below_floor"
+    assert select_auto_block([h(high)], now=NOW, tz=UTC, gate=OWNER, owner_text=QUESTION).text
+    fillers = [hit(0.10, TUNED_MINILM, f"filler {i}") for i in range(7)]
+    for evidence, shown in ((low, False), (high, True)):
+        labelled = _labelled(2.0, TUNED_MINILM).model_copy(update={"evidence": evidence})
+        assert bool(labelled_background([labelled, *fillers], now=NOW, tz=UTC).text) is shown
+        assert bool(guidance_lines([labelled], now=NOW, tz=UTC)) is shown
+    # BuJo recency reorders only qualifying hits: evidence under the floor keeps the order as it is.
+    from tempomem.recall.recency import recency_order
+
+    def pair(evidence: float) -> list[Hit]:
+        old = h(evidence, "older line", recorded="2025-01-01T10:00:00.000Z")
+        new = h(evidence, "newer line", recorded="2026-07-10T10:00:00.000Z").model_copy(
+            update={"score": 1.99}
+        )
+        return [old, new]
+
+    floor = TUNED_MINILM.answer_floor
+    assert [x.text for x in recency_order(pair(low), now=NOW, floor=floor)] == ["older line", "newer line"]
+    assert [x.text for x in recency_order(pair(high), now=NOW, floor=floor)] == ["newer line", "older line"]

@@ -662,11 +662,29 @@ def test_AMB32_every_own_write_patches_the_bm25_snapshot_to_exactly_a_fresh_load
     ]
     db = str(idx.generation_dir(idx.active_generation() or 0) / index_mod.DB_NAME)
     ferries_gone = False
-    for batch in writes:
+    cols = index_schema.COLUMNS
+    terms = fts.local_query_terms("quokka tea ferries keeper sark coffee")
+    assert terms is not None
+    for i, batch in enumerate(writes):
         for day, b in batch:
             append_bullets(store / "daily" / f"{day}.md", day, [b])
+        if i % 2:  # build the name map before the write, so the patch extends it (else built after)
+            fts._SNAPSHOTS.items[db][1].scores_of(terms, [])
         idx.upsert(batch)
         key, patched = fts._SNAPSHOTS.items[db]  # still cached: patched, not forgotten
+        # Context lines' BM25 (issue #17): each named live document's score exactly as top() scores it;
+        # removed and unknown names left out.
+        named = patched.scores_of(terms, [*patched.names, "nobody"])
+        assert named == dict(patched.top(terms, 1000))
+        held = row_snapshot._SNAPSHOTS.items[db][1]
+        with idx._connect(Path(db), read_only=True) as con:
+            by_seq = con.execute(f"SELECT {', '.join(cols)} FROM memories ORDER BY seq").fetchall()
+        seqs = [int(r[cols.index("seq")]) for r in by_seq]  # type: ignore[call-overload]
+        got = held.at_seqs([*seqs[::2], 10**6])
+        assert len(got) == len(seqs[::2]) and {r[0]: r for r in got} == {r[0]: r for r in by_seq[::2]}
+        # every seq ever used, the stale ones of rewritten and removed rows included: only live rows
+        got = held.at_seqs(list(range(max(seqs) + 2)))
+        assert len(got) == len(by_seq) and {r[0]: r for r in got} == {r[0]: r for r in by_seq}
         assert patched.alive is not None  # moved along with the write, never reloaded
         assert row_snapshot._SNAPSHOTS.items[db][0] == key  # the row copy moved to the same state
         with idx._connect(Path(db), read_only=True) as con:
@@ -679,6 +697,7 @@ def test_AMB32_every_own_write_patches_the_bm25_snapshot_to_exactly_a_fresh_load
         assert sorted(live) == sorted(fresh.names)
         for term in fresh.dict:
             assert patched.top([term], 100) == fresh.top([term], 100), term
+        assert named == pytest.approx(dict(fresh.top(terms, 1000)), abs=1e-12)
         ferries_gone = ferries_gone or fts.local_query_terms("ferries")[0] not in fresh.dict  # type: ignore[index]
     assert ferries_gone and fts.local_query_terms("ferries")[0] in fresh.dict  # type: ignore[index]
     # and the database those writes left scores as a full rebuild of the same Markdown
@@ -693,3 +712,58 @@ def test_AMB32_every_own_write_patches_the_bm25_snapshot_to_exactly_a_fresh_load
     assert (fresh.num_docs, fresh.avgdl) == (full.num_docs, full.avgdl)
     for term in full.dict:
         assert patched.top([term], 100) == full.top([term], 100), term
+
+
+def test_context_lines_come_by_position_with_their_stored_vector_and_bm25(
+    store: Path, minilm: LocalMiniLMEmbedder
+) -> None:
+    """``gather``'s context fetcher (issue #17) answers the lines at the asked (day, seq) positions that
+    the pool does not hold, each with the cosine and BM25 score a wide pool gives the same line, from the
+    in-memory copies and, once they are gone, from DuckDB."""
+    import tempomem.recall.fts as fts
+    import tempomem.recall.row_snapshot as row_snapshot
+
+    idx = MemoryIndex(store, minilm)
+    idx.rebuild()
+    query = "Does Morgan drink tea in the morning or at the club?"
+    found = idx.gather(query, pool=1)
+    wide = {c.id: c for c in idx.gather(query, pool=50).candidates}
+    assert found.hybrid and found.context is not None and len(wide) == 9
+    held = {c.id for c in found.candidates}
+    at = {c.id: (str(c.row["day"]), int(c.row["seq"])) for c in wide.values()}  # type: ignore[call-overload]
+    asked = [at[i] for i in sorted(at)] + [("2026-03-01", 999), ("1999-01-01", at["tea"][1])]
+    for _source in ("memory", "duckdb"):
+        got = found.context(asked)
+        assert {c.id for c in got} == set(wide) - held
+        for c in got:
+            w = wide[c.id]
+            assert c.row == w.row and c.text == w.text and c.entities == w.entities
+            assert c.cosine == pytest.approx(w.cosine, abs=1e-6)
+            assert c.bm25_score == w.bm25_score  # None where the line holds no query term
+            assert c.bm25_rank is None and c.vector_rank is None  # no retriever returned it
+        assert any(c.bm25_score for c in got) and any(c.bm25_score is None for c in got)
+        fts._SNAPSHOTS.items.clear()  # next round: no in-memory copy, the rows come from DuckDB
+        row_snapshot._SNAPSHOTS.items.clear()
+    assert found.context([]) == []
+    # Lite and an empty query have no context fetcher.
+    assert MemoryIndex(store, None).gather(query).context is None
+    assert idx.gather("   ").context is None
+
+
+def test_a_search_ranks_a_line_no_retriever_returned_next_to_its_best_match(
+    store: Path, minilm: LocalMiniLMEmbedder
+) -> None:
+    """With a pool of two (BM25 top-2 ∪ vector top-2 = tax, room), the line after tax on its day (zoe)
+    joins as a context line and takes second place; without context lines room does (issue #17)."""
+    from tempomem.recall.profiles import TUNED_MINILM
+
+    idx = MemoryIndex(store, minilm)
+    idx.rebuild()
+    query = "What is the quarterly tax filing deadline?"
+    narrow = TUNED_MINILM.model_copy(update={"pool": 2})
+    assert {c.id for c in idx.gather(query, pool=2).candidates} == {"tax", "room"}
+    hits = idx.search(query, limit=2, profile=narrow)
+    assert [h.id for h in hits] == ["tax", "zoe"]
+    assert (hits[1].bm25_rank, hits[1].vector_rank) == (None, None)
+    alone = idx.search(query, limit=2, profile=narrow.model_copy(update={"context_seeds": 0}))
+    assert [h.id for h in alone] == ["tax", "room"]

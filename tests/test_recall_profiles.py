@@ -211,7 +211,9 @@ def test_default_profile_by_embedder() -> None:
 def test_tuned_minilm_levers() -> None:
     # Guard the measured constants (README table): changing them needs a new bench run.
     assert TUNED_MINILM.embedder == profiles.MINILM_EMBEDDER and TUNED.embedder == profiles.E5_EMBEDDER
-    assert (TUNED_MINILM.lexical_weight, TUNED_MINILM.neighbour_weights()) == (0.3, (0.4, 0.2))
+    assert (TUNED_MINILM.lexical_weight, TUNED_MINILM.neighbour_weights()) == (0.5, (0.5, 0.5))
+    assert (TUNED_MINILM.context_seeds, TUNED.context_seeds, REFERENCE.context_seeds) == (20, 0, 0)
+    assert (TUNED_MINILM.temporal_bonus, TUNED.temporal_bonus) == (0.04, 0.02)
     assert TUNED.neighbour_weights() == (0.4, 0.2) and REFERENCE.neighbour_weights() == ()
     assert TUNED_MINILM.semantic_floor == 0.0 and TUNED_MINILM.session_date_anchors
 
@@ -391,6 +393,10 @@ def test_every_profile_describes_its_constants() -> None:
         "x (tuned, embedder local/e, floor 0.4, lexical 0.2, anchors 0.1/0.05, session dates on, "
         "temporal 0.3, neighbours 0.25/0.125)"
     )
+    assert custom.model_copy(update={"context_seeds": 7}).describe() == (
+        "x (tuned, embedder local/e, floor 0.4, lexical 0.2, anchors 0.1/0.05, session dates on, "
+        "temporal 0.3, neighbours 0.25/0.125, context lines of the top 7)"
+    )
     plain = RecallProfile(name="y", semantic_floor=0.5, numeric_anchor_bonus=0.15, name_anchor_bonus=0.08)
     assert plain.describe() == (
         "y (tuned, floor 0.5, lexical 0.0, anchors 0.15/0.08, session dates off, temporal 0.0, neighbours 0)"
@@ -479,3 +485,78 @@ def test_REC24_a_pool_whose_best_bm25_is_zero_adds_no_lexical_share() -> None:
     assert [h.score for h in rank_tuned("x", pool, limit=1, profile=ALL_LEVERS)] == pytest.approx(
         [0.5 + ALL_LEVERS.rrf_weight / (ALL_LEVERS.rrf_k + 1)]
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# Context lines (issue #17): the lines next to the best candidates join the pool.
+
+CONTEXT = profiles.RecallProfile(
+    name="context", ranker="tuned", semantic_floor=0.0, rrf_weight=0.0, lexical_weight=0.5,
+    neighbour_weight=0.5, neighbour2_weight=0.25, context_seeds=3,
+)  # fmt: skip
+D = "2026-03-01"
+
+
+def _context_pool() -> list[Candidate]:
+    return [
+        cand("a", "Nate: what genre is your first screenplay?", cosine=0.9, bm25_score=4.0, seq=10),
+        cand("b", "Joanna: my screenplay is finished", cosine=0.8, bm25_score=2.0, bm25_rank=2, seq=20),
+        cand("d", "Nate: cool", cosine=0.1, seq=11),
+        cand("c", "Joanna: I like tea", cosine=0.95, seq=1),
+        cand("e", "Joanna: screenplay", cosine=0.85, seq=5, day="2026-03-02"),
+    ]  # fmt: skip
+
+
+class Lines:
+    """The index's side of ``rank``'s ``context``: answers the positions it holds, records each call."""
+
+    def __init__(self, lines: Sequence[Candidate]) -> None:
+        self.lines = {(str(c.row["day"]), c.row["seq"]): c for c in lines}
+        self.calls: list[list[tuple[str, int]]] = []
+
+    def __call__(self, positions: Sequence[tuple[str, int]]) -> list[Candidate]:
+        self.calls.append(list(positions))
+        return [self.lines[p] for p in positions if p in self.lines]
+
+
+def test_context_lines_of_the_best_candidates_join_the_pool_scored_like_the_rest() -> None:
+    reply = cand("r", "Joanna: It's a mix of drama and romance!", cosine=0.3, bm25_score=1.0, seq=12)
+    other = cand("o", "Joanna: thanks", cosine=0.25, seq=19)
+    lines = Lines([reply, other, cand("far", "Nate: far away", cosine=0.9, seq=13)])
+    query = "What genre is Joanna's first screenplay?"
+    hits = rank(query, _context_pool(), limit=10, profile=CONTEXT, hybrid=True, context=lines)
+    # Seeds by score before neighbour context: a (0.9 + 0.5), b (0.8 + 0.25), c (0.95), not e (0.85).
+    # Positions seed by seed, nearest first; a held one (d at 11) and seq 0 or below never asked.
+    assert lines.calls == [[(D, 9), (D, 8), (D, 12), (D, 19), (D, 21), (D, 18), (D, 22), (D, 2), (D, 3)]]
+    pool = [*_context_pool(), reply, other]
+    base = {c.id: s for c, s in zip(pool, _expected_scores(query, pool), strict=True)}
+    want = {c.id: s for s, c in scoring.with_neighbours([(base[c.id], c) for c in pool], (0.5, 0.25))}
+    assert {h.id: h.score for h in hits} == pytest.approx(want, abs=1e-12)
+    assert {"r", "o"} <= {h.id for h in hits} and "far" not in {h.id for h in hits}
+    # BM25 of a context line counts against the pool's best, as a retrieved line's does.
+    assert base["r"] == pytest.approx(0.3 + 0.5 * 1.0 / 4.0 + CONTEXT.name_anchor_bonus)  # "Joanna"
+
+
+def _expected_scores(query: str, pool: Sequence[Candidate]) -> list[float]:
+    got = rank(query, pool, limit=len(pool), profile=CONTEXT.model_copy(update={"neighbour_weight": 0.0,
+               "neighbour2_weight": 0.0}), hybrid=True)  # fmt: skip
+    by_id = {h.id: h.score for h in got}
+    return [by_id[c.id] for c in pool]
+
+
+def test_no_context_lines_without_seeds_neighbour_weights_or_a_hybrid_pool() -> None:
+    lines = Lines([cand("r", "Joanna: drama and romance", cosine=0.3, seq=12)])
+    query = "What genre is Joanna's first screenplay?"
+    for profile, hybrid in (
+        (CONTEXT.model_copy(update={"context_seeds": 0}), True),
+        (CONTEXT.model_copy(update={"neighbour_weight": 0.0, "neighbour2_weight": 0.0}), True),
+        (CONTEXT, False),
+        (REFERENCE, True),
+    ):
+        hits = rank(query, _context_pool(), limit=10, profile=profile, hybrid=hybrid, context=lines)
+        assert "r" not in {h.id for h in hits}
+    assert lines.calls == []
+    # One seed, one distance: only the best candidate's free direct neighbour is asked for.
+    one = CONTEXT.model_copy(update={"context_seeds": 1, "neighbour2_weight": 0.0})
+    rank(query, _context_pool(), limit=10, profile=one, hybrid=True, context=lines)
+    assert lines.calls == [[(D, 9)]]

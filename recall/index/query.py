@@ -3,6 +3,8 @@ by the recall profile; provenance by id for health."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import numpy as np
 from tempomem.recall import connections, fts, row_snapshot, scoring
 from tempomem.recall.embedding import EmbeddingError
 from tempomem.recall.index.build import IndexBuild
+from tempomem.recall.index.context_lines import context_lines
 from tempomem.recall.index.schema import COLUMNS, DAILY_FOLDER, DB_NAME, IndexBusyError
 from tempomem.recall.index.vectors import (
     VectorSnapshot,
@@ -25,8 +28,18 @@ from tempomem.recall.index.vectors import (
     vector_snapshot,
 )
 from tempomem.recall.profiles import RecallProfile, resolve_profile
-from tempomem.recall.search import Candidate, Hit, rank
+from tempomem.recall.search import Candidate, ContextLines, Hit, rank
 from tempomem.storage.limits import DELIBERATE_SUPERSET
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """A search's candidate pool: hybrid (False on Lite or an embedding outage), and for a hybrid pool
+    the fetcher of context lines from the same generation."""
+
+    candidates: list[Candidate]
+    hybrid: bool
+    context: ContextLines | None = None
 
 
 class MemoryIndex(IndexBuild):
@@ -44,25 +57,34 @@ class MemoryIndex(IndexBuild):
     def search(self, query: str, *, limit: int = 8, profile: RecallProfile | str | None = None) -> list[Hit]:
         """Hybrid (embedding-first) or, on Lite / embedding outage, lexical recall over the index.
 
-        ``profile`` (a ``RecallProfile`` or its name) only orders the candidate pool; ``None`` is
-        ``recall.profiles.DEFAULT_PROFILE`` for the embedder it was calibrated with, else the reference.
+        ``profile`` (a ``RecallProfile`` or its name) orders the candidate pool (and may add context
+        lines to it); ``None`` is ``recall.profiles.DEFAULT_PROFILE`` for the embedder it was calibrated
+        with, else the reference.
         """
         chosen = resolve_profile(profile, self.identity)
-        candidates, hybrid = self.candidates(query, pool=max(chosen.pool, limit))
-        return rank(query, candidates, limit=limit, profile=chosen, hybrid=hybrid)
+        found = self.gather(query, pool=max(chosen.pool, limit))
+        return rank(
+            query, found.candidates, limit=limit, profile=chosen, hybrid=found.hybrid, context=found.context
+        )
 
     def candidates(self, query: str, *, pool: int = DELIBERATE_SUPERSET) -> tuple[list[Candidate], bool]:
         """The candidate pool of a search (BM25 top-``pool`` ∪ vector top-``pool`` ∪ rows newer than the
         FTS watermark), each with its BM25 rank/score and stored-vector cosine; and whether it is a
         hybrid pool (False on Lite or an embedding outage)."""
+        found = self.gather(query, pool=pool)
+        return found.candidates, found.hybrid
+
+    def gather(self, query: str, *, pool: int = DELIBERATE_SUPERSET) -> Gathered:
+        """``candidates`` plus, for a hybrid pool, the fetcher of context lines from the same generation
+        (``recall.search.rank``'s ``context``)."""
         if not query.strip() or pool <= 0:
-            return [], False
+            return Gathered([], False)
         for _attempt in range(3):
             generation = self.active_generation()
             manifest = self.manifest(generation) if generation is not None else None
             if generation is None or not self._identity_matches(manifest):
                 if not (self.root / DAILY_FOLDER).is_dir() and generation is None:
-                    return [], False  # empty store
+                    return Gathered([], False)  # empty store
                 with self._write_lock():
                     generation = self.active_generation()
                     if generation is None or not self._identity_matches(self.manifest(generation)):
@@ -141,7 +163,7 @@ class MemoryIndex(IndexBuild):
 
     def _gather(
         self, generation: int, query: str, pool: int, manifest: dict[str, Any] | None = None
-    ) -> tuple[list[Candidate], bool]:
+    ) -> Gathered:
         gen_dir = self.generation_dir(generation)
         query_vec: np.ndarray | None = None
         if self.embedder is not None:
@@ -192,7 +214,7 @@ class MemoryIndex(IndexBuild):
             candidates.append(c)
 
         if query_vec is None or table is None:
-            return candidates, False
+            return Gathered(candidates, False)
 
         # Every candidate is scored by its STORED vector (REC-24): fetch those BM25 found but the
         # vector retriever did not return.
@@ -207,4 +229,14 @@ class MemoryIndex(IndexBuild):
         for c in candidates:
             if c.cosine is None and c.id in stored_vectors:
                 c.cosine = float(stored_vectors[c.id] @ query_vec)
-        return candidates, True
+        held = frozenset(c.id for c in candidates)
+        vec, snap, text = query_vec, snapshot, query.replace(chr(0), " ")
+
+        def context(positions: Sequence[tuple[str, int]]) -> list[Candidate]:
+            try:
+                return context_lines(self._connect, gen_dir / DB_NAME, snap, vec, text, positions, held)
+            except (OSError, duckdb.Error):
+                # A rebuild removed this generation meanwhile: the pool still answers, without context.
+                return []
+
+        return Gathered(candidates, True, context)
