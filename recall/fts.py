@@ -21,7 +21,7 @@ import functools
 import math
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import duckdb
@@ -316,27 +316,30 @@ class Bm25Snapshot:
         new.avgdl = total_len / new.num_docs if new.num_docs else 0.0
         return new
 
-    def top(self, terms: Sequence[str], pool: int) -> list[tuple[str, float]]:
-        scores: np.ndarray | None = None
+    def _postings(self, terms: Sequence[str]) -> Iterator[tuple[float, np.ndarray, np.ndarray]]:
+        """``(idf, positions, tfs)`` of each known query term's postings, in term order: the loaded ones,
+        then those of documents added since the load (disjoint positions, each part ascending)."""
         for term in terms:
             hit = self.dict.get(term)
             if hit is None:
                 continue
             termid, df = hit
             idf = math.log10((((self.num_docs - df) + 0.5) / (df + 0.5)) + 1)
-            parts = []
             if termid in self.ranges:
                 a, b = self.ranges[termid]
-                parts.append((self.post_pos[a:b], self.post_tf[a:b]))
+                yield idf, self.post_pos[a:b], self.post_tf[a:b]
             if termid in self.extra:
-                parts.append(self.extra[termid])  # documents added since the load: disjoint positions
-            for pos, tf in parts:
-                sub = idf * (
-                    ((tf * 22) / 10.0) / (tf + (1.2 * (0.25 + (0.75 * (self.lens[pos] / self.avgdl)))))
-                )
-                if scores is None:
-                    scores = np.zeros(len(self.docids), np.float64)
-                scores[pos] += sub
+                yield idf, *self.extra[termid]
+
+    def _subscore(self, idf: float, tf: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        return idf * (((tf * 22) / 10.0) / (tf + (1.2 * (0.25 + (0.75 * (self.lens[pos] / self.avgdl))))))
+
+    def top(self, terms: Sequence[str], pool: int) -> list[tuple[str, float]]:
+        scores: np.ndarray | None = None
+        for idf, pos, tf in self._postings(terms):
+            if scores is None:
+                scores = np.zeros(len(self.docids), np.float64)
+            scores[pos] += self._subscore(idf, tf, pos)
         if scores is None or pool <= 0:
             return []
         if self.alive is not None:
@@ -360,25 +363,10 @@ class Bm25Snapshot:
             return {}
         want = np.asarray([p for _, p in found], np.int64)
         scores = np.zeros(len(want), np.float64)
-        for term in terms:
-            hit = self.dict.get(term)
-            if hit is None:
-                continue
-            termid, df = hit
-            idf = math.log10((((self.num_docs - df) + 0.5) / (df + 0.5)) + 1)
-            parts = []
-            if termid in self.ranges:
-                a, b = self.ranges[termid]
-                parts.append((self.post_pos[a:b], self.post_tf[a:b]))
-            if termid in self.extra:
-                parts.append(self.extra[termid])
-            for pos, tf in parts:  # each ascending by position
-                at = np.minimum(np.searchsorted(pos, want), len(pos) - 1)
-                held = pos[at] == want
-                t = tf[at[held]]
-                scores[held] += idf * (
-                    ((t * 22) / 10.0) / (t + (1.2 * (0.25 + (0.75 * (self.lens[want[held]] / self.avgdl)))))
-                )
+        for idf, pos, tf in self._postings(terms):
+            at = np.minimum(np.searchsorted(pos, want), len(pos) - 1)
+            held = pos[at] == want
+            scores[held] += self._subscore(idf, tf[at[held]], want[held])
         return {name: float(v) for (name, _), v in zip(found, scores, strict=True) if v != 0.0}
 
 

@@ -16,9 +16,10 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from tempomem.recall import connections, fts, row_snapshot
+from tempomem.recall import connections, fts
+from tempomem.recall.index.held_state import held_state
 from tempomem.recall.index.schema import COLUMNS
-from tempomem.recall.index.vectors import VectorSnapshot, known_state_of, meta_of, state_key
+from tempomem.recall.index.vectors import VectorSnapshot, meta_of, state_key
 from tempomem.recall.search import Candidate
 
 Connect = Callable[..., AbstractContextManager[duckdb.DuckDBPyConnection]]
@@ -69,15 +70,10 @@ def context_lines(
 def _rows_and_scores(
     connect: Connect, db: Path, seqs: list[int], query: str
 ) -> tuple[list[Row], dict[str, float]]:
-    terms = fts.local_query_terms(query)
-    known = known_state_of(db) if terms is not None else None
-    if known is not None and terms is not None:
-        key, _meta = known
-        bm = fts.cached_snapshot(str(db), key)
-        held = row_snapshot.cached(str(db), key)
-        if bm is not None and held is not None:
-            rows = held.at_seqs(seqs)
-            return rows, bm.scores_of(terms, [str(r[0]) for r in rows])
+    copies = held_state(db, query)
+    if copies is not None:
+        rows = copies.rows.at_seqs(seqs)
+        return rows, copies.bm25.scores_of(copies.terms, [str(r[0]) for r in rows])
     with connect(db, read_only=True) as con:
         rows = con.execute(
             f"SELECT {', '.join(COLUMNS)} FROM memories WHERE seq IN {fts.in_list(seqs)}", seqs

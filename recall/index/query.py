@@ -15,11 +15,11 @@ from tempomem.recall import connections, fts, row_snapshot, scoring
 from tempomem.recall.embedding import EmbeddingError
 from tempomem.recall.index.build import IndexBuild
 from tempomem.recall.index.context_lines import context_lines
+from tempomem.recall.index.held_state import held_state
 from tempomem.recall.index.schema import COLUMNS, DAILY_FOLDER, DB_NAME, IndexBusyError
 from tempomem.recall.index.vectors import (
     VectorSnapshot,
     forget_vector_hint,
-    known_state_of,
     meta_of,
     read_table,
     record_words,
@@ -111,16 +111,11 @@ class MemoryIndex(IndexBuild):
         opened at all: a DuckDB connection and its two statements cost more than the whole ranking.
         A writer changes the file identity with every commit, so a moved identity means the slow path.
         """
-        terms = fts.local_query_terms(text)
-        known = known_state_of(db) if terms is not None else None
-        if known is not None and terms is not None:
-            key, meta = known
-            bm = fts.cached_snapshot(str(db), key)
-            held = row_snapshot.cached(str(db), key)
-            if bm is not None and held is not None:
-                bm25 = bm.top(terms, pool)
-                wanted = list(dict.fromkeys([i for i, _ in bm25] + vector_ids))
-                return bm25, held.rows(wanted, newer_than=int(meta.get("fts_seq") or 0))
+        copies = held_state(db, text)
+        if copies is not None:
+            bm25 = copies.bm25.top(copies.terms, pool)
+            wanted = list(dict.fromkeys([i for i, _ in bm25] + vector_ids))
+            return bm25, copies.rows.rows(wanted, newer_than=int(copies.meta.get("fts_seq") or 0))
         with self._connect(db, read_only=True) as con:
             bm25: list[tuple[str, float]] = []
             before = connections.identity(db)
