@@ -723,12 +723,16 @@ def test_context_lines_come_by_position_with_their_stored_vector_and_bm25(
     import tempomem.recall.fts as fts
     import tempomem.recall.row_snapshot as row_snapshot
 
+    day = "2026-03-02"
+    append_bullets(store / "daily" / f"{day}.md", day, [bullet("Morgan met Sam there.", id="met",
+                   entities=("person:morgan", "person:sam"))])  # fmt: skip
     idx = MemoryIndex(store, minilm)
     idx.rebuild()
     query = "Does Morgan drink tea in the morning or at the club?"
     found = idx.gather(query, pool=1)
     wide = {c.id: c for c in idx.gather(query, pool=50).candidates}
-    assert found.hybrid and found.context is not None and len(wide) == 9
+    assert found.hybrid and found.context is not None and len(wide) == 10
+    assert wide["met"].entities == ("person:morgan", "person:sam")
     held = {c.id for c in found.candidates}
     at = {c.id: (str(c.row["day"]), int(c.row["seq"])) for c in wide.values()}  # type: ignore[call-overload]
     asked = [at[i] for i in sorted(at)] + [("2026-03-01", 999), ("1999-01-01", at["tea"][1])]
@@ -767,3 +771,41 @@ def test_a_search_ranks_a_line_no_retriever_returned_next_to_its_best_match(
     assert (hits[1].bm25_rank, hits[1].vector_rank) == (None, None)
     alone = idx.search(query, limit=2, profile=narrow.model_copy(update={"context_seeds": 0}))
     assert [h.id for h in alone] == ["tax", "room"]
+
+
+def test_the_bm25_copy_scores_as_duckdb_match_bm25_before_and_after_own_writes(store: Path) -> None:
+    """The in-memory BM25 snapshot, its per-name lookup (context lines, issue #17) and the SQL fallback
+    give DuckDB's own ``match_bm25`` scores, on the rebuilt index and after incremental writes."""
+    import tempomem.recall.fts as fts
+    import tempomem.recall.index as index_mod
+
+    idx = MemoryIndex(store, None)
+    idx.rebuild()
+    queries = ["green tea in the morning", "Morgan club", "born in Porto 1988", "tyres tyres winter car"]
+    for round_ in range(2):
+        db = idx.generation_dir(idx.active_generation() or 0) / index_mod.DB_NAME
+        with idx._connect(db, read_only=True) as con:
+            snap = fts.Bm25Snapshot(con)
+            for query in queries:
+                terms = fts.query_terms(con, query)
+                macro = con.execute(
+                    f"SELECT id, s FROM (SELECT id, {fts.SCHEMA}.match_bm25(id, ?) AS s FROM memories) "
+                    "WHERE s IS NOT NULL ORDER BY s DESC, id",
+                    [query],
+                ).fetchall()
+                assert macro, query
+                want = dict(macro)
+                assert dict(snap.top(terms, 100)) == pytest.approx(want, rel=1e-12), query
+                assert dict(con.execute(fts.bm25_sql(100), [query]).fetchall()) == pytest.approx(
+                    want, rel=1e-12
+                )
+                assert snap.scores_of(terms, list(want)) == pytest.approx(want, rel=1e-12)
+        if round_ == 0:  # own writes: a new line, a changed line, a removed line
+            writes = [
+                ("2026-03-04", bullet("Morgan drinks green tea at the club.", id="new")),
+                ("2026-03-04", bullet("The red car needs winter tyres.", id="car")),
+                ("2026-03-04", bullet("Sam was born in Porto.", id="sam", status="dropped")),
+            ]
+            for day, b in writes:
+                append_bullets(store / "daily" / f"{day}.md", day, [b])
+            idx.upsert(writes)

@@ -492,7 +492,7 @@ def test_REC24_a_pool_whose_best_bm25_is_zero_adds_no_lexical_share() -> None:
 
 CONTEXT = profiles.RecallProfile(
     name="context", ranker="tuned", semantic_floor=0.0, rrf_weight=0.0, lexical_weight=0.5,
-    neighbour_weight=0.5, neighbour2_weight=0.25, context_seeds=3,
+    neighbour_weight=0.5, neighbour2_weight=0.25, context_seeds=4,
 )  # fmt: skip
 D = "2026-03-01"
 
@@ -500,10 +500,11 @@ D = "2026-03-01"
 def _context_pool() -> list[Candidate]:
     return [
         cand("a", "Nate: what genre is your first screenplay?", cosine=0.9, bm25_score=4.0, seq=10),
-        cand("b", "Joanna: my screenplay is finished", cosine=0.8, bm25_score=2.0, bm25_rank=2, seq=20),
+        cand("b", "Joanna: my screenplay is finished", cosine=0.8, bm25_score=2.0, bm25_rank=2, seq=14),
+        cand("n", "Nate: I write too", cosine=0.99),  # no position (seq): lends no context lines
         cand("d", "Nate: cool", cosine=0.1, seq=11),
-        cand("c", "Joanna: I like tea", cosine=0.95, seq=1),
-        cand("e", "Joanna: screenplay", cosine=0.85, seq=5, day="2026-03-02"),
+        cand("c", "Joanna: I like tea", cosine=0.85, seq=2),
+        cand("e", "Joanna: screenplay", cosine=0.8, seq=5, day="2026-03-02"),
     ]  # fmt: skip
 
 
@@ -521,13 +522,14 @@ class Lines:
 
 def test_context_lines_of_the_best_candidates_join_the_pool_scored_like_the_rest() -> None:
     reply = cand("r", "Joanna: It's a mix of drama and romance!", cosine=0.3, bm25_score=1.0, seq=12)
-    other = cand("o", "Joanna: thanks", cosine=0.25, seq=19)
-    lines = Lines([reply, other, cand("far", "Nate: far away", cosine=0.9, seq=13)])
+    other = cand("o", "Joanna: thanks", cosine=0.25, seq=13)
+    lines = Lines([reply, other, cand("far", "Nate: far away", cosine=0.9, seq=17)])
     query = "What genre is Joanna's first screenplay?"
     hits = rank(query, _context_pool(), limit=10, profile=CONTEXT, hybrid=True, context=lines)
-    # Seeds by score before neighbour context: a (0.9 + 0.5), b (0.8 + 0.25), c (0.95), not e (0.85).
-    # Positions seed by seed, nearest first; a held one (d at 11) and seq 0 or below never asked.
-    assert lines.calls == [[(D, 9), (D, 8), (D, 12), (D, 19), (D, 21), (D, 18), (D, 22), (D, 2), (D, 3)]]
+    # Seeds by score before neighbour context: a (0.9 + 0.5), b (0.8 + 0.25 + 0.08 for "Joanna"),
+    # n (0.99, no position), c (0.85 + 0.08), not e (0.88). Positions seed by seed, nearest first, each
+    # once (12 is near a and b); a held one (d at 11) and seq 0 or below never asked.
+    assert lines.calls == [[(D, 9), (D, 8), (D, 12), (D, 13), (D, 15), (D, 16), (D, 1), (D, 3), (D, 4)]]
     pool = [*_context_pool(), reply, other]
     base = {c.id: s for c, s in zip(pool, _expected_scores(query, pool), strict=True)}
     want = {c.id: s for s, c in scoring.with_neighbours([(base[c.id], c) for c in pool], (0.5, 0.25))}
