@@ -43,7 +43,7 @@ def context_lines(
     if not wanted:
         return []
     rows, bm25 = _rows_and_scores(connect, db, sorted({seq for _, seq in wanted}), query)
-    out: list[Candidate] = []
+    kept: list[tuple[dict[str, Any], int]] = []
     taken = set(held)
     for values in sorted(rows, key=lambda r: str(r[0])):
         row = dict(zip(COLUMNS, values, strict=True))
@@ -54,16 +54,22 @@ def context_lines(
         if at is None:
             continue
         taken.add(rid)
-        out.append(
-            Candidate(
-                id=rid,
-                text=str(row["text"]),
-                row=row,
-                entities=tuple(row["entities"] or ()),
-                bm25_score=bm25.get(rid),
-                cosine=float(vectors.vectors(np.array([at]))[0] @ query_vec),
-            )
+        kept.append((row, at))
+    if not kept:
+        return []
+    # One matrix product for every line, as the pool's cosines are computed.
+    cosines = vectors.vectors(np.array([at for _, at in kept])) @ query_vec
+    out = [
+        Candidate(
+            id=str(row["id"]),
+            text=str(row["text"]),
+            row=row,
+            entities=tuple(row["entities"] or ()),
+            bm25_score=bm25.get(str(row["id"])),
+            cosine=float(cos),
         )
+        for (row, _), cos in zip(kept, cosines, strict=True)
+    ]
     return out
 
 
