@@ -8,9 +8,8 @@ Answerable: every question (categories 1-4) against its own conversation's store
 question against conversation ``(i + 1) mod n``'s store, which holds none of its evidence. For each
 profile the best floor score of the ranked pool (``Hit.floor_score``) is what the floors see
 (``shaping.shape_hits``' insufficient-evidence note, ``auto_block.select_auto_block``' floor). Printed
-per profile: the best-score
-distributions, the share of answerable / unanswerable queries whose best clears the reference floors
-(0.65 answer, 0.62 automatic block), and the candidate floor of each rule:
+per profile: the best-score distributions, the share of answerable / unanswerable queries whose best
+clears the reference floors (0.65 answer, 0.62 automatic block), and the candidate floor of each rule:
 
 * ``match``: the lowest floor (on a 0.01 grid) whose unanswerable clear-rate is at most the reference
   profile's clear-rate at the same reference floor on MiniLM — the reference's false-positive rate kept;

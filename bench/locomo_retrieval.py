@@ -394,7 +394,7 @@ def minilm_rows() -> list[Row]:
             MINILM_V1,
         ),
         Row(
-            "TUNED_MINILM without anchors/temporal (lexical + neighbours only)",
+            "TUNED_MINILM without anchors/temporal (lexical + neighbours + context lines)",
             "minilm",
             _variant(
                 t,
