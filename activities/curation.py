@@ -9,6 +9,7 @@ without another call (RPL-07, RPL-08). Model failures and invalid output are one
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from pydantic import ValidationError
@@ -32,6 +33,7 @@ from tempomem.capture.plan import (
 )
 from tempomem.capture.settings import CaptureSettings
 from tempomem.messages.capture import EXTRACT, RECONCILE, REVIEW, CurationInput, StageResult
+from tempomem.recall.embedding_types import remembered
 from tempomem.storage.instants import parse_instant
 from tempomem.storage.intake_records import FailureCategory, IntakeError, IntakePayload
 
@@ -98,9 +100,21 @@ class CurationActivities:
         finally:
             slots.release()
 
+    async def _order_told(self, inp: CurationInput, result: StageResult) -> StageResult:
+        """With ``ask_order``: whether an earlier-admitted turn is in flight now. The workflow then waits
+        for its turn before dispatching reconciliation, which checks the order again (issue #15 item 1)."""
+        if not inp.ask_order:
+            return result
+        order = self.ctx.commit_order
+        ahead = await run_blocking(lambda: order.blocking(inp.intake_id, now=utc_now()))
+        return dataclasses.replace(result, turn_ahead=ahead is not None)
+
     # -- extraction (CAP-02) --------------------------------------------------------------------------
     @activity.defn(name=EXTRACT)
     async def extract(self, inp: CurationInput) -> StageResult:
+        return await self._order_told(inp, await self._extract(inp))
+
+    async def _extract(self, inp: CurationInput) -> StageResult:
         try:
             payload, plan = self._load(inp)
             if plan is not None:  # CAP-75: the retained plan is reused, never re-extracted
@@ -136,6 +150,9 @@ class CurationActivities:
     # -- review (CAP-40..CAP-48) ------------------------------------------------------------------------
     @activity.defn(name=REVIEW)
     async def review(self, inp: CurationInput) -> StageResult:
+        return await self._order_told(inp, await self._review(inp))
+
+    async def _review(self, inp: CurationInput) -> StageResult:
         try:
             payload, plan = self._load(inp)
             if plan is None:
@@ -180,10 +197,12 @@ class CurationActivities:
                 ahead = await run_blocking(lambda: order.blocking(inp.intake_id, now=utc_now()))
                 if ahead is not None:
                     return StageResult(0, 0, plan.digest(), deferred=True)
+            # The search embeds each new memory's text; the commit's index upsert reuses that vector.
+            embedder = remembered(self.ctx.embedder)
             if plan.decisions is None:
                 decisions, calls = await reconcile.decide(
                     self.ctx.root,
-                    self.ctx.embedder,
+                    embedder,
                     payload,
                     plan,
                     only=self.settings.only,
@@ -199,7 +218,7 @@ class CurationActivities:
                 commit.commit_step("intent")
             if not plan.committed:
                 committing = plan
-                root, embedder = self.ctx.root, self.ctx.embedder
+                root = self.ctx.root
                 await run_blocking(
                     lambda: commit.commit_plan(root, embedder, inp.intake_id, payload, committing)
                 )

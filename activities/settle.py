@@ -4,8 +4,8 @@ A Lite or Journal turn needs three things after admission: its attempt counted, 
 (and indexed, or handed to the group commit), its record resolved. As three activities on the store's
 serial queue they cost three dispatches through the server; as one local activity they cost none
 (issue #15 item 2). The steps and their order are those of the three activities, so what a crash can
-leave behind is unchanged. A capture-mode turn gets only its attempt begun here; its stages follow as
-activities.
+leave behind is unchanged. A capture-mode turn gets its attempt begun and (patch "capture-lean-steps-v1")
+its observation projected here; its curation stages follow as activities.
 
 A failed projection or resolve is returned as its AMB-29 category rather than raised, so the workflow
 can tell it from a failed begin (which fails the run, as ``intake.begin_attempt`` did).
@@ -42,8 +42,12 @@ class SettleActivities:
     async def settle(self, inp: SettleInput) -> AttemptInfo:
         ref = RecordRef(inp.intake_id, inp.store_id)
         info = await run_blocking(lambda: self.intake.begin(ref))
-        if not info.pending or info.write_mode == "capture" or info.attempt > RETRY_MAX_ATTEMPTS:
-            return info  # nothing to do, the curation stages follow, or the budget is spent (dead letter)
+        if not info.pending or info.attempt > RETRY_MAX_ATTEMPTS:
+            return info  # nothing to do, or the budget is spent (dead letter)
+        if info.write_mode == "capture":
+            if not inp.project_capture:
+                return info  # a workflow from before capture-lean-steps-v1 runs the projection activity
+            return await self._project_capture(ref, info)
         try:
             projection = await _within_drain(
                 run_blocking(lambda: self.projection.project_now(ref, group_index=inp.group_index))
@@ -55,6 +59,16 @@ class SettleActivities:
             activity.logger.warning("settle failed: %s", type(exc).__name__)
             return dataclasses.replace(info, failure=FailureCategory.STORAGE_ERROR.value)
         return dataclasses.replace(info, settled=True, lines_added=projection.lines_added)
+
+    async def _project_capture(self, ref: RecordRef, info: AttemptInfo) -> AttemptInfo:
+        """A capture-mode turn's observation, as ``capture.project`` writes it; its curation stages follow."""
+        try:
+            projection = await _within_drain(
+                run_blocking(lambda: self.projection.project_now(ref, group_index=False))
+            )
+        except ApplicationError as err:
+            return dataclasses.replace(info, failure=err.type or FailureCategory.UNKNOWN.value)
+        return dataclasses.replace(info, projected=True, lines_added=projection.lines_added)
 
 
 async def _within_drain(work: Awaitable[T]) -> T:

@@ -23,15 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -59,18 +58,26 @@ from tests.scripted_model import ScriptedModelServer  # noqa: E402
 DEFAULT_FILE = Path(os.environ.get("TEMPOMEM_LOCOMO") or ROOT.parent / "shared/data/locomo/locomo-dev.json")
 
 
-@dataclass
 class Model:
-    """The scripted model's behaviour and what it saw: calls by kind, latencies slept, most in flight."""
+    """The scripted model's behaviour and what it saw: calls by kind, latencies slept, most in flight.
 
-    latency: float
-    jitter: float
-    rng: random.Random = field(default_factory=lambda: random.Random(15))
-    calls: Counter[str] = field(default_factory=Counter)
-    slept: list[float] = field(default_factory=list)
-    in_flight: int = 0
-    most: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    The counters live in shared memory, so the server can answer from a process of its own (the
+    default, as a real model server does) while the bench reads them."""
+
+    KINDS = ("extract", "review", "reconcile")
+
+    def __init__(self, latency: float, jitter: float) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.latency, self.jitter = latency, jitter
+        self.rng = random.Random(15)
+        self.lock = ctx.Lock()
+        self._calls = ctx.Array("i", len(self.KINDS), lock=False)
+        self._slept = ctx.Array("d", 2, lock=False)  # sum, count
+        self._flight = ctx.Array("i", 2, lock=False)  # now, most
+
+    @property
+    def most(self) -> int:
+        return self._flight[1]
 
     def answer(self, request: dict[str, Any]) -> str:
         system = request["messages"][0]["content"]
@@ -82,16 +89,17 @@ class Model:
             else "reconcile"
         )
         with self.lock:
-            self.calls[kind] += 1
-            self.in_flight += 1
-            self.most = max(self.most, self.in_flight)
+            self._calls[self.KINDS.index(kind)] += 1
+            self._flight[0] += 1
+            self._flight[1] = max(self._flight[1], self._flight[0])
             delay = max(0.0, self.latency + self.rng.uniform(-self.jitter, self.jitter))
-            self.slept.append(delay)
+            self._slept[0] += delay
+            self._slept[1] += 1
         try:
             time.sleep(delay)
         finally:
             with self.lock:
-                self.in_flight -= 1
+                self._flight[0] -= 1
         if kind == "extract":
             turn = json.loads(request["messages"][1]["content"].split("<turn>\n", 1)[1].split("\n</turn>")[0])
             said = turn[0]["text"][:160]
@@ -105,9 +113,41 @@ class Model:
             return json.dumps({"decisions": [{"line": x["line"], "decision": "keep"} for x in lines]})
         return json.dumps({"decisions": [{"index": 0, "action": "ADD"}]})
 
-    def snapshot(self) -> tuple[Counter[str], int]:
+    def snapshot(self) -> tuple[Counter[str], float, int]:
         with self.lock:
-            return Counter(self.calls), len(self.slept)
+            calls = Counter(dict(zip(self.KINDS, self._calls, strict=True)))
+            return calls, self._slept[0], int(self._slept[1])
+
+
+class ModelServer:
+    """The scripted server answering ``model``: in a process of its own (``own_process``), else on
+    threads of the bench's process, beside the worker (the arrangement of the first measurements)."""
+
+    def __init__(self, model: Model, calls: int, *, own_process: bool) -> None:
+        self.server = ScriptedModelServer([model.answer] * calls)
+        self.process: Any = None
+        if not own_process:
+            self.server.start()
+            self.url = self.server.url
+            return
+        ctx = multiprocessing.get_context("fork")
+        ready, self._stop = ctx.Queue(), ctx.Event()
+        self.process = ctx.Process(target=self._serve, args=(ready,), daemon=True)
+        self.process.start()
+        self.url = ready.get(timeout=30)
+
+    def _serve(self, ready: Any) -> None:
+        self.server.start()
+        ready.put(self.server.url)
+        self._stop.wait()
+        self.server.close()
+
+    def close(self) -> None:
+        if self.process is None:
+            self.server.close()
+            return
+        self._stop.set()
+        self.process.join(timeout=10)
 
 
 def turns_from(path: Path, count: int) -> list[CompletedTurn]:
@@ -137,13 +177,12 @@ def turns_from(path: Path, count: int) -> list[CompletedTurn]:
 
 
 def report(
-    name: str, turns: int, seconds: float, model: Model, before: tuple[Counter[str], int], args
+    name: str, turns: int, seconds: float, model: Model, before: tuple[Counter[str], float, int], args
 ) -> None:
-    calls, slept_before = before
-    now_calls, _ = model.snapshot()
-    delta = {k: now_calls[k] - calls[k] for k in ("extract", "review", "reconcile")}
-    slept = model.slept[slept_before:]
-    mean = sum(slept) / len(slept) if slept else 0.0
+    calls, slept_sum, slept_n = before
+    now_calls, now_sum, now_n = model.snapshot()
+    delta = {k: now_calls[k] - calls[k] for k in Model.KINDS}
+    mean = (now_sum - slept_sum) / (now_n - slept_n) if now_n > slept_n else 0.0
     parallel = delta["extract"] + delta["review"]
     if args.concurrency == 1:  # one queue for every stage: every call is serial
         ideal = (parallel + delta["reconcile"]) * mean
@@ -189,13 +228,15 @@ async def breakdown(client: Any, seen: set[str]) -> None:
 
 
 async def run(args: argparse.Namespace) -> None:
+    # The server's process forks before the dev server and the SDK's runtime threads exist.
+    model = Model(args.latency, args.jitter)
+    server = ModelServer(model, 10 * args.turns, own_process=not args.model_in_process)
+    where = "in the bench process" if args.model_in_process else "in its own process"
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli()),
         dev_server_log_level="error",
         search_attributes=search_attributes.ALL,
     )
-    model = Model(args.latency, args.jitter)
-    server = ScriptedModelServer([model.answer] * (10 * args.turns)).start()
     try:
         with tempfile.TemporaryDirectory(prefix="bench-parallel-") as tmp:
             source = Path(tmp) / "turns.jsonl"
@@ -221,7 +262,8 @@ async def run(args: argparse.Namespace) -> None:
             try:
                 print(
                     f"store        bujo/capture, memory.llm.concurrency {args.concurrency}, "
-                    f"window {args.window}, model latency {args.latency:g} s ± {args.jitter:g} s"
+                    f"window {args.window}, model latency {args.latency:g} s ± {args.jitter:g} s, "
+                    f"model server {where}"
                 )
                 before = model.snapshot()
                 started = time.perf_counter()
@@ -259,6 +301,12 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=16, help="captures in flight (backfill, recurate)")
     parser.add_argument("--latency", type=float, default=0.4, help="mean model latency, seconds")
     parser.add_argument("--jitter", type=float, default=0.1, help="± uniform jitter, seconds")
+    parser.add_argument(
+        "--model-in-process",
+        action="store_true",
+        help="answer model calls on threads of this process, beside the worker (as measured before #15's "
+        "second round); by default the scripted server runs in a process of its own, as a model server does",
+    )
     asyncio.run(run(parser.parse_args()))
 
 

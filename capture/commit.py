@@ -24,7 +24,14 @@ from tempomem.capture.plan import (
 from tempomem.storage import graph, replay_sidecar
 from tempomem.storage.fsio import atomic_write, exclusive_lock
 from tempomem.storage.intake_records import FailureCategory, IntakePayload
-from tempomem.storage.markdown import Bullet, append_bullets, iter_bullets, read_document, serialize_document
+from tempomem.storage.markdown import (
+    Bullet,
+    append_bullets,
+    iter_bullets,
+    iter_day_bullets,
+    read_document,
+    serialize_document,
+)
 from tempomem.storage.store_ref import STORE_LOCK
 
 if TYPE_CHECKING:
@@ -270,12 +277,10 @@ def _verify(root: Path, day: str, new_ids: list[str], sidecar: list[dict]) -> No
     """RPL-06: prove Markdown and sidecar hold the delta before the receipt may retire the intent.
 
     New lines are appended to the admission day's file only, so only that file is read (reading every
-    daily note made each commit cost as much as the whole store)."""
+    daily note made each commit cost as much as the whole store). It is read from the disk; the parse is
+    kept, so the next turn's reconciliation reads the live lines without parsing it again."""
     if new_ids:
-        try:
-            present = read_document(root / "daily" / f"{day}.md").ids()
-        except FileNotFoundError:
-            present = set()
+        present = {b.id for b in iter_day_bullets(root, day)}
         if not set(new_ids) <= present:
             raise CaptureFailure(FailureCategory.STORAGE_ERROR)
     entries = replay_sidecar.load(root).by_id()

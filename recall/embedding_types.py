@@ -49,3 +49,33 @@ def l2_normalise(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     # A zero vector stays zero rather than becoming NaN (cosine 0 = no semantic evidence).
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+class RememberedEmbeddings:
+    """An embedder that embeds each text once for as long as it lives (one reconciliation: the
+    close-candidate search embeds a memory's text, then the commit's index upsert embeds the same text;
+    issue #15 item 1). Only for symmetric embedders: one with ``embed_query`` (e5) embeds a query
+    differently from a stored text, so ``remembered`` returns it unwrapped."""
+
+    def __init__(self, inner: EmbeddingProvider) -> None:
+        self.inner = inner
+        self.identity = inner.identity
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            fresh = np.asarray(self.inner.embed(missing), dtype=np.float32)
+            if fresh.shape != (len(missing), self.identity.dim):  # the caller reports a wrong shape
+                return fresh
+            self._vectors.update(zip(missing, fresh, strict=True))
+        if not texts:
+            return np.zeros((0, self.identity.dim), dtype=np.float32)
+        return np.stack([self._vectors[t] for t in texts])
+
+
+def remembered(embedder: EmbeddingProvider | None) -> EmbeddingProvider | None:
+    """``embedder`` wrapped in ``RememberedEmbeddings`` when that is exact (see there), else itself."""
+    if embedder is None or getattr(embedder, "embed_query", None) is not None:
+        return embedder
+    return RememberedEmbeddings(embedder)

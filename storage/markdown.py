@@ -18,6 +18,7 @@ import os
 import re
 import stat
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -385,6 +386,44 @@ def iter_day_bullets(root: Path, day: str, folder: str = "daily") -> Iterator[Bu
 
 
 def _bullets_of(day: str, path: Path, folder: str) -> Iterator[Bullet]:
+    """The bullets of one day file; parsed once per file identity (bullets are immutable), so a
+    reconciliation that reads the live lines for every turn parses only what changed (issue #15)."""
+    key = (str(path), folder)
+    before = _identity(path)
+    with _PARSED_LOCK:
+        hit = _PARSED.get(key)
+        if hit is not None and before is not None and hit[0] == before:
+            _PARSED.move_to_end(key)
+            yield from hit[1]
+            return
+    bullets = tuple(_parse_bullets(day, path, folder))
+    # Kept only when the file did not change while it was read, and only what was read from the disk.
+    if before is not None and _identity(path) == before:
+        _keep_parsed(key, before, bullets)
+    yield from bullets
+
+
+def _keep_parsed(key: tuple[str, str], identity: tuple[int, ...], bullets: tuple[Bullet, ...]) -> None:
+    global _PARSED_BULLETS
+    with _PARSED_LOCK:
+        old = _PARSED.pop(key, None)
+        _PARSED_BULLETS += len(bullets) - (len(old[1]) if old is not None else 0)
+        _PARSED[key] = (identity, bullets)
+        while _PARSED_BULLETS > _PARSED_MAX_BULLETS and _PARSED:
+            _, (_, dropped) = _PARSED.popitem(last=False)
+            _PARSED_BULLETS -= len(dropped)
+
+
+# Parsed day files by (path, folder): (file identity, bullets), least recently used first. A file
+# changed by anyone (a commit, an editor, a restore) has another identity and is parsed again. Bounded by
+# bullets, not files, so a process serving many stores keeps a few MB at most.
+_PARSED: OrderedDict[tuple[str, str], tuple[tuple[int, ...], tuple[Bullet, ...]]] = OrderedDict()
+_PARSED_BULLETS = 0
+_PARSED_MAX_BULLETS = 20_000
+_PARSED_LOCK = threading.Lock()
+
+
+def _parse_bullets(day: str, path: Path, folder: str) -> Iterator[Bullet]:
     items = read_document(path).items
     seen: dict[str, int] = {}
     for k, item in enumerate(items):

@@ -195,3 +195,31 @@ def test_make_embedder_validation() -> None:
     with pytest.raises(ValueError):
         make_embedder("cohere", "x", 768, None)
     assert make_embedder("ollama", "nomic-embed-text", None, None).identity.dim == 768
+
+
+def test_remembered_embeddings_embed_each_text_once_with_the_same_vectors(embed_server: EmbedServer) -> None:
+    """Issue #15 item 1: one reconciliation embeds a new memory's text for its close-candidate search
+    and again for the commit's index upsert; the remembering wrapper asks the provider once."""
+    from tempomem.recall.embedding_types import RememberedEmbeddings, remembered
+
+    inner = make_embedder("ollama", "m", 8, embed_server.url)
+    wrapped = remembered(inner)
+    assert isinstance(wrapped, RememberedEmbeddings) and wrapped.identity == inner.identity
+    np.testing.assert_allclose(wrapped.embed(["a", "b", "a"]), _expected(["a", "b", "a"], 8), atol=1e-6)
+    np.testing.assert_allclose(wrapped.embed(["b", "c"]), _expected(["b", "c"], 8), atol=1e-6)
+    assert [b["input"] for _, b, _ in embed_server.requests] == [["a", "b"], ["c"]]
+    assert wrapped.embed([]).shape == (0, 8)
+    assert remembered(None) is None
+
+
+def test_an_asymmetric_embedder_is_not_remembered() -> None:
+    """An embedder with ``embed_query`` (e5: "query: " vs "passage: ") embeds a search differently from a
+    stored line, so a remembered query vector would be a wrong stored vector: it is left unwrapped."""
+    from tempomem.recall.embedding_types import remembered
+
+    class Asymmetric(LocalMiniLMEmbedder):
+        def embed_query(self, text: str) -> np.ndarray:
+            return self.embed([f"query: {text}"])[0]
+
+    e = Asymmetric()
+    assert remembered(e) is e

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from tempomem.recall.index import MemoryIndex, RebuildShrinkError
 from tempomem.storage import markdown
 from tempomem.storage.admission import admit_turn
+from tempomem.storage.fsio import UnsafePathError
 from tempomem.storage.health import audit
 from tempomem.storage.intake import Intake
 from tempomem.storage.markdown import (
@@ -331,3 +332,49 @@ def test_a_value_with_an_equals_sign_is_split_at_the_first_one(tmp_path: Path) -
 def test_a_plain_line_with_a_torn_character_is_skipped_not_fatal(tmp_path: Path) -> None:
     daily(tmp_path, "", raw=b"# 2026-12-01\n\n- a plain note with a torn \xe2\x80 character\n")
     assert list(iter_bullets(tmp_path)) == []  # not a note Bullet can hold; reading goes on
+
+
+def test_a_day_file_is_parsed_once_until_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #15: reconciliation reads the live lines for every turn, so a day file is parsed once per
+    file identity. An edit in place that keeps the size (only its times differ), a replacement, or a
+    symlink put in its place is read again, and the symlink is refused as before."""
+    parsed: list[str] = []
+    real = markdown.parse_document
+    monkeypatch.setattr(markdown, "parse_document", lambda text: parsed.append(text) or real(text))
+    path = daily(tmp_path, HEAD + GOOD)
+
+    def texts() -> list[str]:
+        return [b.text for _, b in iter_bullets(tmp_path)]
+
+    assert texts() == texts() == ["The ferry leaves at seven."]
+    assert len(parsed) == 1
+    path.write_text(HEAD + GOOD.replace("seven", "eight"))  # same size
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert texts() == ["The ferry leaves at eight."]
+    other = tmp_path / "other.md"
+    other.write_text(HEAD + GOOD.replace("seven", "nine."))
+    other.replace(path)
+    assert texts() == ["The ferry leaves at nine.."]
+    assert len(parsed) == 3
+    moved = tmp_path / "moved.md"
+    path.replace(moved)
+    path.symlink_to(moved)
+    with pytest.raises(UnsafePathError):
+        texts()
+
+
+def test_the_parse_cache_is_bounded_by_bullets_least_recently_used_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(markdown, "_PARSED", markdown.OrderedDict())
+    monkeypatch.setattr(markdown, "_PARSED_BULLETS", 0)
+    monkeypatch.setattr(markdown, "_PARSED_MAX_BULLETS", 5)
+    two = GOOD + GOOD.replace("h-1", "h-2")
+    paths = [daily(tmp_path, HEAD.replace("01", f"0{d}") + two, f"2026-12-0{d}") for d in (1, 2, 3)]
+    assert len(list(iter_bullets(tmp_path))) == 6
+    assert [Path(k[0]) for k in markdown._PARSED] == paths[1:]  # the oldest file made room
+    assert markdown._PARSED_BULLETS == 4
+    daily(tmp_path, HEAD.replace("01", "03") + GOOD, "2026-12-03")  # one bullet fewer, parsed again
+    assert len(list(iter_bullets(tmp_path))) == 5
+    assert markdown._PARSED_BULLETS == sum(len(v[1]) for v in markdown._PARSED.values()) <= 5

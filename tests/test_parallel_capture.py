@@ -9,6 +9,7 @@ so a later turn is always reconciled against what the earlier ones committed.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import threading
@@ -250,3 +251,37 @@ async def test_a_turn_stuck_in_flight_holds_later_commits_back_only_for_the_wait
         if e.HasField("activity_task_scheduled_event_attributes") and e.HasField("user_metadata")
     ]
     assert summaries.count('"reconciliation (stopped waiting for earlier turns)"') == 1
+
+
+async def test_only_reconciliation_takes_the_serial_queue_and_a_waiting_turn_asks_once(
+    client: Client, tmp_path: Path, model
+) -> None:
+    """Patch ``capture-lean-steps-v1`` (issue #15 item 1): a capture turn's observation is projected in
+    the local capture.settle and its record resolved in a local activity, so reconciliation is the only
+    activity of the store's serial queue. A turn whose model stages ended while an earlier turn was in
+    flight waits for that turn's signal before its first reconciliation: with extractions finishing in
+    reverse order, every turn asks to reconcile exactly once (before, each later turn ran a deferred
+    reconciliation first). The observations are in audit/, the lines in admission order."""
+    gauge = Gauge()
+    store = parallel_store(tmp_path, client, model, concurrency=4)
+    serve(model, answering(gauge, lambda n: f"The user's kite {n} is red.", lambda n: 0.4 * (4 - n)))
+    admitted = await admit(store, 4, lambda n: f"turn-{n}: kite {n} is red")
+    outcomes = await run_store(client, store, admitted)
+    assert [o.state for o in outcomes] == ["resolved"] * 4
+    assert daily_texts(store.root) == [f"The user's kite {n} is red." for n in range(4)]
+    assert len([b for _, b in iter_bullets(store.root, "audit")]) == 4
+    for a in admitted:
+        events = (await client.get_workflow_handle(a.workflow_id).fetch_history()).to_json_dict()["events"]
+        serial = [
+            e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+            for e in events
+            if "activityTaskScheduledEventAttributes" in e
+            and e["activityTaskScheduledEventAttributes"]["taskQueue"]["name"] == store.task_queue
+        ]
+        assert serial == ["capture.reconcile"]
+        local = [
+            json.loads(base64.b64decode(m["details"]["data"]["payloads"][0]["data"]))["activity_type"]
+            for e in events
+            if (m := e.get("markerRecordedEventAttributes", {})).get("markerName") == "core_local_activity"
+        ]
+        assert local == ["capture.settle", "intake.resolve"]

@@ -809,3 +809,52 @@ def test_the_bm25_copy_scores_as_duckdb_match_bm25_before_and_after_own_writes(s
             for day, b in writes:
                 append_bullets(store / "daily" / f"{day}.md", day, [b])
             idx.upsert(writes)
+
+
+def test_privatise_tightens_what_is_not_private_and_leaves_symlinks_and_their_targets(tmp_path: Path) -> None:
+    """Index files come with the process umask; privatise makes them 0600/0700 (only those that are not
+    yet: a Lance table keeps every file it ever wrote). A symlink and what it points at are untouched."""
+    from tempomem.recall.index.schema import privatise
+
+    root, outside = tmp_path / "gen", tmp_path / "outside.txt"
+    (root / "vectors.lance" / "data").mkdir(parents=True)
+    os.chmod(root / "vectors.lance", 0o755)
+    (root / "vectors.lance" / "data" / "a.lance").write_bytes(b"x")
+    os.chmod(root / "vectors.lance" / "data" / "a.lance", 0o644)
+    (root / "kept").write_bytes(b"y")
+    os.chmod(root / "kept", 0o600)
+    outside.write_bytes(b"z")
+    os.chmod(outside, 0o644)
+    (root / "link").symlink_to(outside)
+    os.chmod(root, 0o755)
+    privatise(root)
+    modes = {
+        os.path.relpath(os.path.join(d, n), root): stat.S_IMODE(os.lstat(os.path.join(d, n)).st_mode)
+        for d, dirs, files in os.walk(root)
+        for n in dirs + files
+        if n != "link"
+    }
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+    assert modes == {
+        "vectors.lance": 0o700,
+        "vectors.lance/data": 0o700,
+        "vectors.lance/data/a.lance": 0o600,
+        "kept": 0o600,
+    }
+    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o644
+
+
+def test_files_an_upsert_adds_to_the_index_are_private(store: Path, minilm: LocalMiniLMEmbedder) -> None:
+    idx = MemoryIndex(store, minilm)
+    idx.rebuild()
+    old = os.umask(0o022)  # the host's usual umask: new files would be 0644
+    try:
+        line = bullet("Upserted under a loose umask", id="loose")
+        append_bullets(store / "daily" / "2026-03-09.md", "2026-03-09", [line])
+        assert idx.upsert([("2026-03-09", line)]) == 1
+    finally:
+        os.umask(old)
+    for dirpath, _dirnames, filenames in os.walk(store / "index"):
+        assert stat.S_IMODE(os.stat(dirpath).st_mode) == 0o700, dirpath
+        for name in filenames:
+            assert stat.S_IMODE(os.stat(os.path.join(dirpath, name)).st_mode) == 0o600, name

@@ -49,6 +49,10 @@ _HEARTBEAT = timedelta(seconds=10)
 _MODEL_QUEUE_WAIT = timedelta(minutes=30)
 SKIP_EMPTY_REVIEW = "skip-empty-review-v1"
 SETTLE_IN_ONE_STEP = "settle-in-one-step-v1"
+# Issue #15 item 1: a capture-mode turn keeps only reconciliation on the store's serial queue. Its
+# observation is projected in capture.settle, its record resolved in a local activity, and a turn that
+# the model stages saw waiting behind an earlier one waits for its signal before asking to reconcile.
+LEAN_STEPS = "capture-lean-steps-v1"
 
 
 class _SettleFailed(Exception):
@@ -152,9 +156,10 @@ class CaptureWorkflow:
             info: AttemptInfo = await self._short(BEGIN_ATTEMPT, ref, AttemptInfo)
             return info
         self._stage = "settle"
+        lean = workflow.patched(LEAN_STEPS)
         return await workflow.execute_local_activity(
             SETTLE,
-            SettleInput(inp.intake_id, inp.store_id, inp.group_index),
+            SettleInput(inp.intake_id, inp.store_id, inp.group_index, project_capture=lean),
             result_type=AttemptInfo,
             start_to_close_timeout=_STAGE,
             retry_policy=_NO_RETRY,
@@ -163,20 +168,24 @@ class CaptureWorkflow:
 
     async def _attempt_once(self, ref: RecordRef, info: AttemptInfo, final_attempt: bool) -> tuple[int, int]:
         """Run one attempt; returns (lines added, model calls) for the outcome (content-free counts)."""
-        self._stage = "projection"
-        projection: ProjectionResult = await workflow.execute_activity(
-            PROJECT,
-            ref,
-            result_type=ProjectionResult,
-            start_to_close_timeout=_STAGE,
-            heartbeat_timeout=_HEARTBEAT,
-            retry_policy=_NO_RETRY,
-            summary="project the admitted observation",
-        )
-        lines, calls = projection.lines_added, 0
+        lean = info.projected  # capture.settle projected it: the workflow took LEAN_STEPS
+        if not lean:
+            self._stage = "projection"
+            projection: ProjectionResult = await workflow.execute_activity(
+                PROJECT,
+                ref,
+                result_type=ProjectionResult,
+                start_to_close_timeout=_STAGE,
+                heartbeat_timeout=_HEARTBEAT,
+                retry_policy=_NO_RETRY,
+                summary="project the admitted observation",
+            )
+        lines, calls = info.lines_added if lean else projection.lines_added, 0
         if info.write_mode == "capture":
             curation = CurationInput(ref.intake_id, ref.store_id, final_attempt)
+            asking = CurationInput(ref.intake_id, ref.store_id, final_attempt, ask_order=lean)
             extracted: StageResult | None = None
+            last: StageResult | None = None
             for stage, name in (("extraction", EXTRACT), ("review", REVIEW), ("reconciliation", RECONCILE)):
                 # Nothing eligible for review (CAP-06): extraction already marked the plan reviewed, so
                 # the stage is not scheduled (one dispatch fewer). Versioned: older histories ran it.
@@ -191,16 +200,29 @@ class CaptureWorkflow:
                 # Extraction and review of different turns run in parallel on the model queue when the
                 # worker offers one; the rest stays on the store's serial queue (issue #15 item 1).
                 queue = info.model_task_queue if name in (EXTRACT, REVIEW) else None
-                result = await self._stage_activity(name, curation, stage, queue)
+                waited = timedelta(0)
+                if stage == "reconciliation" and last is not None and last.turn_ahead:
+                    before = workflow.now()
+                    await self._wait_for_signal()  # its turn has not come: no dispatch until it may
+                    waited = workflow.now() - before
+                result = await self._stage_activity(
+                    name, curation if name == RECONCILE else asking, stage, queue
+                )
+                last = result
                 if stage == "reconciliation":
-                    result = await self._await_turn(curation, result)
+                    result = await self._await_turn(curation, result, waited)
                 calls += result.model_calls
                 if stage == "extraction":
                     extracted = result
                 elif stage == "reconciliation":
                     lines += result.items  # ADD and SUPERSEDE decisions committed
         self._stage = "resolve"
-        await self._short(RESOLVE, ref, None)
+        if lean:
+            await workflow.execute_local_activity(
+                RESOLVE, ref, start_to_close_timeout=_SHORT, retry_policy=_NO_RETRY, summary=RESOLVE
+            )
+        else:
+            await self._short(RESOLVE, ref, None)
         return lines, calls
 
     async def _stage_activity(
@@ -220,20 +242,27 @@ class CaptureWorkflow:
             summary=summary,
         )
 
-    async def _await_turn(self, curation: CurationInput, result: StageResult) -> StageResult:
+    async def _wait_for_signal(self) -> None:
+        """Until the turn ahead signals that it left flight, or ORDER_RECHECK_SECONDS pass."""
+        self._stage = "awaiting_turn"
+        if not self._turn_signalled:
+            # builtins: temporalio.exceptions.TimeoutError (an activity timeout) shadows the name here
+            with contextlib.suppress(builtins.TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self._turn_signalled, timeout=timedelta(seconds=limits.ORDER_RECHECK_SECONDS)
+                )
+        self._turn_signalled = False
+
+    async def _await_turn(
+        self, curation: CurationInput, result: StageResult, waited: timedelta
+    ) -> StageResult:
         """Reconciliation deferred while an earlier-admitted turn is in flight: wait for the signal that it
         left flight (or look again every ORDER_RECHECK_SECONDS) and ask again. After ORDER_WAIT_MAX_SECONDS
-        of waiting, commit without waiting for a turn that is not progressing."""
-        started = workflow.now()
+        of waiting (``waited`` before the first ask included), commit without waiting for a turn that is
+        not progressing."""
+        started = workflow.now() - waited
         while result.deferred:
-            self._stage = "awaiting_turn"
-            if not self._turn_signalled:
-                # builtins: temporalio.exceptions.TimeoutError (an activity timeout) shadows the name here
-                with contextlib.suppress(builtins.TimeoutError):
-                    await workflow.wait_condition(
-                        lambda: self._turn_signalled, timeout=timedelta(seconds=limits.ORDER_RECHECK_SECONDS)
-                    )
-            self._turn_signalled = False
+            await self._wait_for_signal()
             waited = workflow.now() - started
             ordered = waited < timedelta(seconds=limits.ORDER_WAIT_MAX_SECONDS)
             self._stage = "reconciliation"

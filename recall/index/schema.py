@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import asdict
 from dataclasses import fields as dataclass_fields
@@ -198,17 +199,24 @@ def is_lock_conflict(exc: BaseException) -> bool:
 
 
 def privatise(path: Path) -> None:
-    """DuckDB and Lance create files with the process umask: tighten to 0700 dirs / 0600 files."""
-    for dirpath, dirnames, filenames in os.walk(path):
-        os.chmod(dirpath, DIR_MODE)
-        for name in filenames:
-            p = os.path.join(dirpath, name)
-            if not os.path.islink(p):
-                os.chmod(p, FILE_MODE)
-        for name in dirnames:
-            p = os.path.join(dirpath, name)
-            if not os.path.islink(p):
-                os.chmod(p, DIR_MODE)
+    """DuckDB and Lance create files with the process umask: tighten to 0700 dirs / 0600 files.
+
+    Only what is not private yet is changed: a Lance table gains files with every write and keeps the
+    old ones, so changing every mode on every upsert cost O(files) metadata writes (issue #15)."""
+    if stat.S_IMODE(os.lstat(path).st_mode) != DIR_MODE:
+        os.chmod(path, DIR_MODE)
+    pending = [str(path)]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    continue
+                mode = DIR_MODE if stat.S_ISDIR(st.st_mode) else FILE_MODE
+                if stat.S_IMODE(st.st_mode) != mode:
+                    os.chmod(entry.path, mode)
+                if mode == DIR_MODE:
+                    pending.append(entry.path)
 
 
 FLAT = (str, int, float, bool, type(None))

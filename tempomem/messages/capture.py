@@ -72,6 +72,9 @@ class SettleInput:
     store_id: str
     # A batch run's child: the index update joins the store's group commit (issue #15 item 2).
     group_index: bool = False
+    # A capture-mode turn's observation is projected in this step too (patch "capture-lean-steps-v1"),
+    # so no projection activity takes the store's serial queue; False in inputs recorded before it.
+    project_capture: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class AttemptInfo:
     settled: bool = False  # projected and resolved: the capture is done
     lines_added: int = 0
     failure: str | None = None  # the AMB-29 category of a failed projection or resolve (no message)
+    projected: bool = False  # a capture-mode turn's observation projected here (``project_capture``)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,9 @@ class CurationInput:
     final_attempt: bool
     # False once the capture waited ORDER_WAIT_MAX for earlier turns: then it commits without waiting.
     ordered: bool = True
+    # Extraction and review: also say whether an earlier-admitted turn is in flight when the stage ends
+    # (StageResult.turn_ahead), so the workflow waits for its turn before dispatching reconciliation.
+    ask_order: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,10 @@ class StageResult:
     # Reconciliation only: an earlier-admitted turn is still in flight, so nothing was decided or written;
     # the workflow waits for its turn (COMMIT_TURN_SIGNAL) and asks again.
     deferred: bool = False
+    # Extraction and review asked with ``ask_order``: an earlier-admitted turn was in flight as the stage
+    # ended. The workflow waits for COMMIT_TURN_SIGNAL before its first reconciliation (one dispatch of
+    # the serial queue fewer); reconciliation still checks the order itself.
+    turn_ahead: bool = False
 
 
 @dataclass(frozen=True)

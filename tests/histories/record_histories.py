@@ -138,7 +138,7 @@ async def record_other(env: WorkflowEnvironment, name: str) -> None:
             )
             async with running_worker(client, store):
                 await handle.result()
-        elif name == "capture_bujo_parallel_deferred":
+        elif name in ("capture_bujo_parallel_deferred", "capture_bujo_parallel_lean"):
             # Two turns, extractions on the model queue at once; the later one is answered first and
             # waits for its turn to commit (a deferred reconcile, then the commit_turn signal).
             store = capture_store(Path(tmp), client, model)
@@ -241,6 +241,9 @@ OTHER_RECORDINGS = (
     "capture_bujo_parallel_deferred",
     "recurate_windowed",
     "backfill_grouped",
+    # #15 item 1, patch "capture-lean-steps-v1": the same two turns; the later one waits for the signal
+    # before its only reconcile, its projection is in capture.settle, its resolve a local activity.
+    "capture_bujo_parallel_lean",
 )
 
 RECORDINGS = {
@@ -257,6 +260,8 @@ RECORDINGS = {
     # the second fails there first (storage_error), records the failure, backs off and settles.
     "capture_lite_settled": False,
     "capture_lite_settle_failed_then_resolved": True,
+    # #15 item 1, patch "capture-lean-steps-v1": a BuJo turn projected in capture.settle, resolved locally.
+    "capture_bujo_lean": False,
 }
 
 
