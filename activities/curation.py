@@ -33,7 +33,7 @@ from tempomem.capture.plan import (
 )
 from tempomem.capture.settings import CaptureSettings
 from tempomem.messages.capture import EXTRACT, RECONCILE, REVIEW, CurationInput, StageResult
-from tempomem.recall.embedding_types import remembered
+from tempomem.recall.embedding_types import embed_ahead, remembered
 from tempomem.storage.instants import parse_instant
 from tempomem.storage.intake_records import FailureCategory, IntakeError, IntakePayload
 
@@ -100,6 +100,16 @@ class CurationActivities:
         finally:
             slots.release()
 
+    async def _embed_ahead(self, plan: RetainedPlan, payload: IntakePayload) -> None:
+        """The memories this turn will reconcile, embedded now, in parallel with other turns: the
+        reconciliation on the store's serial queue then takes their vectors instead of embedding.
+        Not for a re-curation: its lines mostly exist already, and an exact duplicate is never embedded
+        (the vectors would only take CPU from the turns that need it)."""
+        texts = [m.text for m in plan.live()]
+        embedder = self.ctx.embedder
+        if embedder is not None and texts and payload.recurate_of is None:
+            await run_blocking(lambda: embed_ahead(embedder, texts))
+
     async def _order_told(self, inp: CurationInput, result: StageResult) -> StageResult:
         """With ``ask_order``: whether an earlier-admitted turn is in flight now. The workflow then waits
         for its turn before dispatching reconciliation, which checks the order again (issue #15 item 1)."""
@@ -143,6 +153,8 @@ class CurationActivities:
             )
             plan = reviewed_if_nothing_eligible(plan, payload)  # in the same save
             self._save(inp, plan)
+            if plan.reviewed:
+                await self._embed_ahead(plan, payload)
         except (LlmError, ContractViolation, CaptureFailure, IntakeError) as exc:
             raise _failure(exc) from None
         return StageResult(1, len(plan.live()), plan.digest(), review_needed=not plan.reviewed)
@@ -178,6 +190,7 @@ class CurationActivities:
                 return StageResult(1, len(plan.live()), plan.digest())
             plan = apply_review(plan, decisions)
             self._save(inp, plan)
+            await self._embed_ahead(plan, payload)
         except (LlmError, ContractViolation, CaptureFailure, IntakeError) as exc:
             raise _failure(exc) from None
         return StageResult(1, len(plan.live()), plan.digest())

@@ -7,6 +7,8 @@ both import it without importing each other.
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -54,8 +56,10 @@ def l2_normalise(vectors: np.ndarray) -> np.ndarray:
 class RememberedEmbeddings:
     """An embedder that embeds each text once for as long as it lives (one reconciliation: the
     close-candidate search embeds a memory's text, then the commit's index upsert embeds the same text;
-    issue #15 item 1). Only for symmetric embedders: one with ``embed_query`` (e5) embeds a query
-    differently from a stored text, so ``remembered`` returns it unwrapped."""
+    issue #15 item 1). It also takes what ``embed_ahead`` embedded in this process (a model stage, run in
+    parallel, embeds the memories its turn will reconcile). Only for symmetric embedders: one with
+    ``embed_query`` (e5) embeds a query differently from a stored text, so ``remembered`` returns it
+    unwrapped."""
 
     def __init__(self, inner: EmbeddingProvider) -> None:
         self.inner = inner
@@ -64,6 +68,9 @@ class RememberedEmbeddings:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        ahead = _taken_ahead(self.identity, missing)
+        self._vectors.update(ahead)
+        missing = [t for t in missing if t not in ahead]
         if missing:
             fresh = np.asarray(self.inner.embed(missing), dtype=np.float32)
             if fresh.shape != (len(missing), self.identity.dim):  # the caller reports a wrong shape
@@ -79,3 +86,37 @@ def remembered(embedder: EmbeddingProvider | None) -> EmbeddingProvider | None:
     if embedder is None or getattr(embedder, "embed_query", None) is not None:
         return embedder
     return RememberedEmbeddings(embedder)
+
+
+# Vectors embedded ahead of the reconciliation that needs them, by (embedder identity, text); each is
+# taken once. Bounded, oldest first out: a turn that never reconciles leaves its few vectors to age out.
+_AHEAD: OrderedDict[tuple[EmbeddingIdentity, str], np.ndarray] = OrderedDict()
+_AHEAD_MAX = 512
+_AHEAD_LOCK = threading.Lock()
+
+
+def embed_ahead(embedder: EmbeddingProvider | None, texts: Sequence[str]) -> None:
+    """Embed ``texts`` now, for this process's next ``RememberedEmbeddings`` of the same embedder.
+    Errors are left to the reconciliation, which embeds again."""
+    wrapped = remembered(embedder)
+    if not isinstance(wrapped, RememberedEmbeddings) or not texts:
+        return
+    try:
+        vectors = np.asarray(wrapped.inner.embed(list(texts)), dtype=np.float32)
+    except Exception:  # only a head start: a model stage never fails for it
+        return
+    if vectors.shape != (len(texts), wrapped.identity.dim):
+        return
+    with _AHEAD_LOCK:
+        for text, vector in zip(texts, vectors, strict=True):
+            _AHEAD.pop((wrapped.identity, text), None)
+            _AHEAD[(wrapped.identity, text)] = vector
+        while len(_AHEAD) > _AHEAD_MAX:
+            _AHEAD.popitem(last=False)
+
+
+def _taken_ahead(identity: EmbeddingIdentity, texts: Sequence[str]) -> dict[str, np.ndarray]:
+    if not texts:
+        return {}
+    with _AHEAD_LOCK:
+        return {t: v for t in texts if (v := _AHEAD.pop((identity, t), None)) is not None}

@@ -11,6 +11,7 @@ instants and counters; never text.
 from __future__ import annotations
 
 import json
+import threading
 from datetime import datetime
 
 from tempomem.storage.instants import parse_instant
@@ -24,15 +25,20 @@ class CommitOrder:
     def __init__(self, intake: Intake) -> None:
         self.intake = intake
         self._admitted: dict[str, tuple[datetime, str]] = {}
+        # The serial queue and the model stages (which tell the workflow whether a turn is ahead) ask
+        # from different threads at once.
+        self._lock = threading.Lock()
 
     def _key(self, record_id: str) -> tuple[datetime, str] | None:
-        key = self._admitted.get(record_id)
+        with self._lock:
+            key = self._admitted.get(record_id)
         if key is None:
             try:
                 key = (parse_instant(self.intake.load_payload(record_id).admitted_at), record_id)
             except IntakeError:  # resolved meanwhile, or unreadable: it orders nothing
                 return None
-            self._admitted[record_id] = key
+            with self._lock:
+                self._admitted[record_id] = key
         return key
 
     def in_flight(self, record_id: str, *, now: datetime) -> bool:
@@ -60,8 +66,9 @@ class CommitOrder:
 
     def _pending_in_order(self) -> list[tuple[tuple[datetime, str], str]]:
         pending = set(self.intake.list_ids(RecordState.PENDING))
-        for gone in set(self._admitted) - pending:  # resolved or dead: keep the cache small
-            del self._admitted[gone]
+        with self._lock:
+            for gone in set(self._admitted) - pending:  # resolved or dead: keep the cache small
+                del self._admitted[gone]
         keyed = [(key, rid) for rid in pending if (key := self._key(rid)) is not None]
         return sorted(keyed)
 

@@ -300,9 +300,11 @@ def append_bullets(path: Path, day: str, bullets: Sequence[Bullet]) -> int:
         seen, text = set(cached[1]), cached[2]
         new = list(_unique_new(bullets, seen))
         if new:
-            text += "".join(serialize_bullet(b) for b in new)
+            added = "".join(serialize_bullet(b) for b in new)
+            text += added
             atomic_write(path, text.encode("utf-8", errors="surrogateescape"))
             _remember(key, path, seen, text)
+            _parsed_append(path, cached[0], added)
         return len(new)
     try:
         doc = read_document(path)
@@ -401,6 +403,22 @@ def _bullets_of(day: str, path: Path, folder: str) -> Iterator[Bullet]:
     if before is not None and _identity(path) == before:
         _keep_parsed(key, before, bullets)
     yield from bullets
+
+
+def _parsed_append(path: Path, before: tuple[int, ...] | None, added: str) -> None:
+    """A kept parse of ``path`` as it was (identity ``before``) grows by the lines just appended, parsed
+    on their own: a bullet's two lines parse the same wherever they stand, so the next read (a commit's
+    verification, the next turn's live lines) need not parse the whole day again."""
+    key = (str(path), path.parent.name)
+    with _PARSED_LOCK:
+        hit = _PARSED.get(key)
+    if hit is None or before is None or hit[0] != before:
+        return
+    after = _identity(path)
+    if after is None:
+        return
+    appended = tuple(i for i in parse_document(added).items if isinstance(i, Bullet))
+    _keep_parsed(key, after, hit[1] + appended)
 
 
 def _keep_parsed(key: tuple[str, str], identity: tuple[int, ...], bullets: tuple[Bullet, ...]) -> None:

@@ -223,3 +223,25 @@ def test_an_asymmetric_embedder_is_not_remembered() -> None:
 
     e = Asymmetric()
     assert remembered(e) is e
+
+
+def test_vectors_embedded_ahead_are_taken_once_by_the_same_embedder(embed_server: EmbedServer) -> None:
+    """A model stage embeds its turn's memories ahead (in parallel with other turns); the reconciliation's
+    remembering embedder then takes those vectors instead of asking again — once, and only for the same
+    embedder identity."""
+    from tempomem.recall.embedding_types import embed_ahead, remembered
+
+    inner = make_embedder("ollama", "m", 8, embed_server.url)
+    other = make_embedder("ollama", "other-model", 8, embed_server.url)
+    embed_ahead(inner, ["ahead one", "ahead two"])
+    np.testing.assert_allclose(
+        remembered(other).embed(["ahead one"]), _expected(["ahead one"], 8), atol=1e-6
+    )  # another identity: asked
+    reconciling = remembered(inner)
+    np.testing.assert_allclose(
+        reconciling.embed(["ahead one", "new"]), _expected(["ahead one", "new"], 8), atol=1e-6
+    )
+    reconciling.embed(["ahead one"])  # this reconciliation remembers it
+    remembered(inner).embed(["ahead one"])  # taken already: asked again
+    asked = [b["input"] for _, b, _ in embed_server.requests]
+    assert asked == [["ahead one", "ahead two"], ["ahead one"], ["new"], ["ahead one"]]

@@ -378,3 +378,27 @@ def test_the_parse_cache_is_bounded_by_bullets_least_recently_used_first(
     daily(tmp_path, HEAD.replace("01", "03") + GOOD, "2026-12-03")  # one bullet fewer, parsed again
     assert len(list(iter_bullets(tmp_path))) == 5
     assert markdown._PARSED_BULLETS == sum(len(v[1]) for v in markdown._PARSED.values()) <= 5
+
+
+def test_lines_appended_by_this_process_extend_the_kept_parse_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A day file this process parsed and then appended to is not parsed again: the appended lines,
+    parsed on their own, extend the kept parse, and what is read equals a fresh parse of the file."""
+    parsed: list[str] = []
+    real = markdown.parse_document
+    monkeypatch.setattr(markdown, "parse_document", lambda text: parsed.append(text) or real(text))
+    path = daily(tmp_path, HEAD + GOOD + "- a note typed by hand\n")
+    append_bullets(path, "2026-12-01", [numbered(1)])  # not written by this process yet: parsed
+    before = list(iter_bullets(tmp_path))  # parsed, and kept
+    full = len(parsed)
+    for i in (2, 3):
+        append_bullets(path, "2026-12-01", [numbered(i), numbered(i + 10)])
+    kept = list(iter_bullets(tmp_path))
+    assert len(parsed) == full + 2  # only the appended lines, each time
+    assert all(text.count("<!--mem") == 2 for text in parsed[full:])
+    monkeypatch.setattr(markdown, "_PARSED", markdown.OrderedDict())
+    assert kept == list(iter_bullets(tmp_path))  # a fresh parse of the file
+    assert [b for _, b in kept][: len(before)] == [b for _, b in before]
+    assert [b.id for _, b in kept][len(before) :] == [numbered(i).id for i in (2, 12, 3, 13)]
+    assert "u-" in kept[1][1].id and numbered(1).id == kept[2][1].id  # the hand-typed note, then ours
