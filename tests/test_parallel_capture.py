@@ -133,6 +133,26 @@ async def run_store(client: Client, store: MemoryStore, admitted: list, **worker
         await task
 
 
+async def reversed_turns(
+    client: Client,
+    tmp_path: Path,
+    model: ScriptedModelServer,
+    gauge: Gauge,
+    count: int,
+    fact: str,
+    step: float,
+) -> tuple[MemoryStore, list]:
+    """``count`` turns at concurrency ``count`` whose extractions finish in reverse admission order (turn
+    n answers after ``step`` × (count − n) s); all resolved, their lines (``fact``) in admission order."""
+    store = parallel_store(tmp_path, client, model, concurrency=count)
+    serve(model, answering(gauge, lambda n: fact.format(n=n), lambda n: step * (count - n)))
+    admitted = await admit(store, count, lambda n: f"turn-{n}: {fact.format(n=n)}")
+    outcomes = await run_store(client, store, admitted)
+    assert [o.state for o in outcomes] == ["resolved"] * count
+    assert daily_texts(store.root) == [fact.format(n=n) for n in range(count)]
+    return store, admitted
+
+
 def daily_texts(root: Path) -> list[str]:
     return [b.text for _, b in iter_bullets(root, "daily")]
 
@@ -159,13 +179,8 @@ async def test_commits_follow_admission_order_when_extractions_finish_reversed(
     reverse, yet the daily note receives the lines in admission order (each commit waited for the turns
     admitted before it)."""
     gauge = Gauge()
-    store = parallel_store(tmp_path, client, model, concurrency=5)
-    serve(model, answering(gauge, lambda n: f"The user's plant {n} needs water.", lambda n: 0.3 * (5 - n)))
-    admitted = await admit(store, 5, lambda n: f"turn-{n}: plant {n} needs water")
-    outcomes = await run_store(client, store, admitted)
-    assert [o.state for o in outcomes] == ["resolved"] * 5
+    await reversed_turns(client, tmp_path, model, gauge, 5, "The user's plant {n} needs water.", 0.3)
     assert gauge.most >= 4  # the extractions did overlap
-    assert daily_texts(store.root) == [f"The user's plant {n} needs water." for n in range(5)]
 
 
 async def test_a_later_correction_is_reconciled_against_the_earlier_turn(
@@ -262,13 +277,9 @@ async def test_only_reconciliation_takes_the_serial_queue_and_a_waiting_turn_ask
     flight waits for that turn's signal before its first reconciliation: with extractions finishing in
     reverse order, every turn asks to reconcile exactly once (before, each later turn ran a deferred
     reconciliation first). The observations are in audit/, the lines in admission order."""
-    gauge = Gauge()
-    store = parallel_store(tmp_path, client, model, concurrency=4)
-    serve(model, answering(gauge, lambda n: f"The user's kite {n} is red.", lambda n: 0.4 * (4 - n)))
-    admitted = await admit(store, 4, lambda n: f"turn-{n}: kite {n} is red")
-    outcomes = await run_store(client, store, admitted)
-    assert [o.state for o in outcomes] == ["resolved"] * 4
-    assert daily_texts(store.root) == [f"The user's kite {n} is red." for n in range(4)]
+    store, admitted = await reversed_turns(
+        client, tmp_path, model, Gauge(), 4, "The user's kite {n} is red.", 0.4
+    )
     assert len([b for _, b in iter_bullets(store.root, "audit")]) == 4
     for a in admitted:
         events = (await client.get_workflow_handle(a.workflow_id).fetch_history()).to_json_dict()["events"]
