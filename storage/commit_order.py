@@ -46,19 +46,25 @@ class CommitOrder:
         resolved yet holds nobody back: what it wrote is already visible)."""
         try:
             proc = self.intake.pending_state(record_id)
-            return (
-                proc is not None
-                and proc.attempts >= 1
-                and (proc.due_at is None or parse_instant(proc.due_at) <= now)
-                and not (proc.retained_plan and self._committed(record_id))
-            )
+            if proc is None or proc.attempts < 1 or (proc.due_at and parse_instant(proc.due_at) > now):
+                return False
+            if not proc.retained_plan:
+                return True
+            committed = self._committed(record_id)
+            if committed is None:
+                # The plan went after its state was read: a resolve is retiring the record (its receipt
+                # is written before state and plan go). Asked again, it is no longer pending. Read as in
+                # flight, it would hold the next turn back with nobody left to wake it (30 s lost).
+                return self.intake.pending_state(record_id) is not None
+            return not committed
         except IntakeError:
             return False
 
-    def _committed(self, record_id: str) -> bool:
+    def _committed(self, record_id: str) -> bool | None:
+        """Whether the turn's plan says it committed; None when there is no plan (any more)."""
         data = self.intake.load_plan(record_id)
         if data is None:
-            return False
+            return None
         try:
             return json.loads(data).get("committed") is True
         except (ValueError, AttributeError):

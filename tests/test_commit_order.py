@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from tempomem.storage.commit_order import CommitOrder
 from tempomem.storage.intake import Intake
 from tempomem.storage.intake_records import FailureCategory
@@ -97,3 +99,32 @@ def test_the_edges_of_being_in_flight(intake: Intake) -> None:
     intake.record_failure(c, FailureCategory.LLM_ERROR, retry_in=timedelta(minutes=5), now=NOW)
     assert order.next_waiting(a, now=NOW) is None  # c waits out its backoff: nobody to wake
     assert order.next_waiting(a, now=NOW + timedelta(minutes=5)) is None  # due again, but holds no plan
+
+
+def test_a_turn_whose_resolve_runs_between_the_two_reads_is_out_of_flight(
+    intake: Intake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resolve of a committed turn now runs beside other turns' order checks (a local activity, issue
+    #15 item 1). Interleaved exactly between the check's read of the state and its read of the plan, the
+    plan is gone while the state said it was kept: that turn is being retired, not in flight. Read as in
+    flight, it held the next turn back, and nobody was left to wake it: a 30 s stall of the pipeline."""
+    a, b = (admit(intake, f"race-{n}", minutes=n) for n in range(2))
+    for r in (a, b):
+        intake.begin_attempt(r, now=NOW)
+        intake.save_plan(r, b'{"committed": false}', now=NOW)
+    intake.save_plan(a, b'{"committed": true}', now=NOW)
+    order = CommitOrder(intake)
+    real = intake.load_plan
+
+    def resolve_first(record_id: str) -> bytes | None:
+        if record_id == a and intake.pending_state(a) is not None:
+            intake.resolve(a, outcome="success", now=NOW)  # between the state read and this plan read
+        return real(record_id)
+
+    monkeypatch.setattr(intake, "load_plan", resolve_first)
+    assert order.in_flight(a, now=NOW) is False
+    assert order.blocking(b, now=NOW) is None
+    # A plan missing from a record that is still pending (a damaged store) keeps it in flight, as before.
+    intake.save_plan(b, b"{}", now=NOW)
+    (intake.pending_dir / f"{b}.plan.json").unlink()
+    assert order.in_flight(b, now=NOW) is True
