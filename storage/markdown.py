@@ -392,12 +392,15 @@ def _bullets_of(day: str, path: Path, folder: str) -> Iterator[Bullet]:
     reconciliation that reads the live lines for every turn parses only what changed (issue #15)."""
     key = (str(path), folder)
     before = _identity(path)
-    with _PARSED_LOCK:
+    with _PARSED_LOCK:  # never held while yielding: a caller's loop may append, which takes it too
         hit = _PARSED.get(key)
         if hit is not None and before is not None and hit[0] == before:
             _PARSED.move_to_end(key)
-            yield from hit[1]
-            return
+        else:
+            hit = None
+    if hit is not None:
+        yield from hit[1]
+        return
     bullets = tuple(_parse_bullets(day, path, folder))
     # Kept only when the file did not change while it was read, and only what was read from the disk.
     if before is not None and _identity(path) == before:

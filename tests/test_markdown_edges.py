@@ -402,3 +402,33 @@ def test_lines_appended_by_this_process_extend_the_kept_parse_exactly(
     assert [b for _, b in kept][: len(before)] == [b for _, b in before]
     assert [b.id for _, b in kept][len(before) :] == [numbered(i).id for i in (2, 12, 3, 13)]
     assert "u-" in kept[1][1].id and numbered(1).id == kept[2][1].id  # the hand-typed note, then ours
+
+
+def test_a_loop_over_kept_bullets_may_append_inside_it(tmp_path: Path) -> None:
+    """The kept parse is handed out without its lock held: a caller that appends to a day file while it
+    iterates another one's kept bullets (the append takes that lock) finishes instead of deadlocking."""
+    import threading
+
+    path = daily(tmp_path, HEAD + GOOD)
+    append_bullets(path, "2026-12-01", [numbered(1)])
+    list(iter_bullets(tmp_path))  # kept
+    other = tmp_path / "daily" / "2026-12-02.md"
+    append_bullets(other, "2026-12-02", [numbered(2)])
+    list(iter_bullets(tmp_path))  # both kept now
+
+    def loop() -> None:
+        for n, (day, _) in enumerate(iter_bullets(tmp_path)):
+            if day == "2026-12-01":
+                append_bullets(other, "2026-12-02", [numbered(10 + n)])
+
+    worker = threading.Thread(target=loop, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    assert [b.id for b in iter_day_bullets_of(tmp_path, "2026-12-02")] == [
+        numbered(i).id for i in (2, 10, 11)
+    ]
+
+
+def iter_day_bullets_of(root: Path, day: str) -> list[Bullet]:
+    return list(markdown.iter_day_bullets(root, day))
