@@ -111,8 +111,9 @@ class CurationActivities:
             await run_blocking(lambda: embed_ahead(embedder, texts))
 
     async def _order_told(self, inp: CurationInput, result: StageResult) -> StageResult:
-        """With ``ask_order``: whether an earlier-admitted turn is in flight now. The workflow then waits
-        for its turn before dispatching reconciliation, which checks the order again (issue #15 item 1)."""
+        """With ``ask_order``, at the last model stage: whether an earlier-admitted turn is in flight now.
+        The workflow then waits for its turn before dispatching reconciliation, which checks the order
+        again (issue #15 item 1)."""
         if not inp.ask_order:
             return result
         order = self.ctx.commit_order
@@ -122,7 +123,9 @@ class CurationActivities:
     # -- extraction (CAP-02) --------------------------------------------------------------------------
     @activity.defn(name=EXTRACT)
     async def extract(self, inp: CurationInput) -> StageResult:
-        return await self._order_told(inp, await self._extract(inp))
+        result = await self._extract(inp)
+        # A review follows: it is the last model stage, and it tells the order (asked here, it was unread).
+        return result if result.review_needed else await self._order_told(inp, result)
 
     async def _extract(self, inp: CurationInput) -> StageResult:
         try:

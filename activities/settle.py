@@ -44,31 +44,25 @@ class SettleActivities:
         info = await run_blocking(lambda: self.intake.begin(ref))
         if not info.pending or info.attempt > RETRY_MAX_ATTEMPTS:
             return info  # nothing to do, or the budget is spent (dead letter)
-        if info.write_mode == "capture":
-            if not inp.project_capture:
-                return info  # a workflow from before capture-lean-steps-v1 runs the projection activity
-            return await self._project_capture(ref, info)
+        capture = info.write_mode == "capture"
+        if capture and not inp.project_capture:
+            return info  # a workflow from before capture-lean-steps-v1 runs the projection activity
+        # A capture turn's observation goes to audit/, as capture.project writes it (no group commit);
+        # its curation stages follow. Any other turn is resolved here too.
+        group_index = inp.group_index and not capture
         try:
             projection = await _within_drain(
-                run_blocking(lambda: self.projection.project_now(ref, group_index=inp.group_index))
+                run_blocking(lambda: self.projection.project_now(ref, group_index=group_index))
             )
+            if capture:
+                return dataclasses.replace(info, projected=True, lines_added=projection.lines_added)
             await self.intake.resolve(ref)
         except ApplicationError as err:
             return dataclasses.replace(info, failure=err.type or FailureCategory.UNKNOWN.value)
-        except Exception as exc:  # a resolve that failed: the record stays pending for the next attempt
+        except Exception as exc:  # the record stays pending for the next attempt
             activity.logger.warning("settle failed: %s", type(exc).__name__)
             return dataclasses.replace(info, failure=FailureCategory.STORAGE_ERROR.value)
         return dataclasses.replace(info, settled=True, lines_added=projection.lines_added)
-
-    async def _project_capture(self, ref: RecordRef, info: AttemptInfo) -> AttemptInfo:
-        """A capture-mode turn's observation, as ``capture.project`` writes it; its curation stages follow."""
-        try:
-            projection = await _within_drain(
-                run_blocking(lambda: self.projection.project_now(ref, group_index=False))
-            )
-        except ApplicationError as err:
-            return dataclasses.replace(info, failure=err.type or FailureCategory.UNKNOWN.value)
-        return dataclasses.replace(info, projected=True, lines_added=projection.lines_added)
 
 
 async def _within_drain(work: Awaitable[T]) -> T:

@@ -83,9 +83,12 @@ class RememberedEmbeddings:
 
 def remembered(embedder: EmbeddingProvider | None) -> EmbeddingProvider | None:
     """``embedder`` wrapped in ``RememberedEmbeddings`` when that is exact (see there), else itself."""
-    if embedder is None or getattr(embedder, "embed_query", None) is not None:
-        return embedder
-    return RememberedEmbeddings(embedder)
+    return RememberedEmbeddings(embedder) if _symmetric(embedder) else embedder
+
+
+def _symmetric(embedder: EmbeddingProvider | None) -> bool:
+    """A query is embedded as a stored text is (no ``embed_query``): its vectors may be reused."""
+    return embedder is not None and getattr(embedder, "embed_query", None) is None
 
 
 # Vectors embedded ahead of the reconciliation that needs them, by (embedder identity, text); each is
@@ -98,19 +101,18 @@ _AHEAD_LOCK = threading.Lock()
 def embed_ahead(embedder: EmbeddingProvider | None, texts: Sequence[str]) -> None:
     """Embed ``texts`` now, for this process's next ``RememberedEmbeddings`` of the same embedder.
     Errors are left to the reconciliation, which embeds again."""
-    wrapped = remembered(embedder)
-    if not isinstance(wrapped, RememberedEmbeddings) or not texts:
+    if embedder is None or not _symmetric(embedder) or not texts:
         return
     try:
-        vectors = np.asarray(wrapped.inner.embed(list(texts)), dtype=np.float32)
+        vectors = np.asarray(embedder.embed(list(texts)), dtype=np.float32)
     except Exception:  # only a head start: a model stage never fails for it
         return
-    if vectors.shape != (len(texts), wrapped.identity.dim):
+    if vectors.shape != (len(texts), embedder.identity.dim):
         return
     with _AHEAD_LOCK:
         for text, vector in zip(texts, vectors, strict=True):
-            _AHEAD.pop((wrapped.identity, text), None)
-            _AHEAD[(wrapped.identity, text)] = vector
+            _AHEAD.pop((embedder.identity, text), None)
+            _AHEAD[(embedder.identity, text)] = vector
         while len(_AHEAD) > _AHEAD_MAX:
             _AHEAD.popitem(last=False)
 
