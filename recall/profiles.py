@@ -68,6 +68,15 @@ class RecallProfile(BaseModel):
     # (stored-vector cosine, their BM25, anchors). The answer is often a reply that shares no word and
     # little meaning with the question ("It's a mix of drama and romance!"), so neither retriever finds it.
     context_seeds: int = Field(default=0, ge=0)
+    # Question lines (issue #17): a line that ends with a question mark was asked, not told. It still
+    # lends its match to its neighbours (above: the reply is usually the evidence), but ranks this much
+    # lower itself. Applied to the final score only; the evidence the floors compare is unchanged.
+    question_penalty: float = Field(default=0.0, ge=0.0)
+    # Speakers (issue #17): a line spoken by someone the query names ("What pets does Melanie have?" →
+    # "Melanie: …", the prefix captured chat turns carry) ranks this much higher. Keyed on the speaker
+    # only: a name matched anywhere in the line is the small name anchor above, because peers that ranked
+    # every name match lost 7-8 points. Final score only, like the question penalty.
+    speaker_bonus: float = Field(default=0.0, ge=0.0)
     # Which score the evidence floors below compare: the final ``score``, or the ``evidence`` before
     # neighbour context (``Hit.floor_score``), which does not grow with the number of related lines.
     floor_on: Literal["score", "evidence"] = "score"
@@ -99,6 +108,8 @@ class RecallProfile(BaseModel):
                 f"temporal {self.temporal_bonus}, "
                 f"neighbours {'/'.join(map(str, self.neighbour_weights())) or 0}"
                 + (f", context lines of the top {self.context_seeds}" if self.context_seeds else "")
+                + (f", question lines -{self.question_penalty}" if self.question_penalty else "")
+                + (f", named speaker +{self.speaker_bonus}" if self.speaker_bonus else "")
             )
         return "".join(parts) + ")"
 
@@ -145,9 +156,11 @@ TUNED_MINILM = TUNED.model_copy(
         "embedder": MINILM_EMBEDDER,
         "lexical_weight": 0.5,
         "neighbour_weight": 0.5,
-        "neighbour2_weight": 0.5,
+        "neighbour2_weight": 0.3,
         "temporal_bonus": 0.04,
         "context_seeds": 20,
+        "question_penalty": 0.1,
+        "speaker_bonus": 0.4,
         "floor_on": "evidence",
         "answer_floor": 0.88,
         "auto_floor": 0.98,

@@ -279,6 +279,33 @@ def has_time_evidence(text: str, terms: RecordTerms) -> bool:
     return bool(terms.words & _WEEKDAYS) or _RELATIVE_TIME_RE.search(text) is not None
 
 
+# A captured chat turn's speaker: "Name: …", after an optional "[date] " (LoCoMo-style backfills).
+_NAME_WORD = r"[^\W\d_][\w.'’-]*"
+_SPEAKER_RE = re.compile(rf"^\s*(?:\[[^\]\n]{{1,40}}\]\s*)?({_NAME_WORD}(?: {_NAME_WORD}){{0,2}}):\s")
+
+
+def line_speaker(text: str) -> str | None:
+    """The speaker a stored line names at its start (``"Melanie: …"``, ``"[8 May 2023] Melanie: …"``),
+    capitalised, up to three words; None when the line has no such prefix."""
+    found = _SPEAKER_RE.match(text)
+    return found.group(1) if found and found.group(1)[0].isupper() else None
+
+
+def spoken_by_named(text: str, query_words: set[str]) -> bool:
+    """The line's speaker is someone the query names: a word of the speaker's name of three letters or
+    more (not a title such as "Dr") is a query word."""
+    speaker = line_speaker(text)
+    return speaker is not None and any(
+        len(w) >= 3 and w in query_words for w in _WORD_RE.findall(normalise(speaker))
+    )
+
+
+def is_question_line(text: str) -> bool:
+    """A stored line that ends by asking (``?``, before any closing quote or bracket): it was asked, not
+    told, so it is rarely the evidence a question wants, though its reply usually is (issue #17)."""
+    return text.rstrip().rstrip("\"')]»”’").endswith("?")
+
+
 def month_anchors(query: str) -> tuple[str, ...]:
     """Capitalised month names in the query, as two-digit month numbers (``"May"`` → ``"05"``; the modal
     verb "may" is not a month)."""

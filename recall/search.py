@@ -167,6 +167,7 @@ def rank_tuned(
 
     score = semantic(cos ≥ floor) + lexical_weight × bm25 / best_bm25 + anchors(numeric, names,
             session dates) + temporal_bonus [time question × time evidence] + tie-breakers
+            (+ neighbour context − question_penalty [the line asks] + speaker_bonus [a named speaker's])
 
     With ``context`` and ``profile.context_seeds``, the lines within the neighbour distance of the
     best-scoring candidates join the pool (scored the same way, against the same best BM25) before
@@ -212,8 +213,22 @@ def rank_tuned(
     before = {id(c): s for s, c in scored} if profile.floor_on == "evidence" else {}
     if weights:
         scored = scoring.with_neighbours(scored, weights)
+    if profile.question_penalty or profile.speaker_bonus:
+        # After the neighbours read the scores: a question lends its full match to its reply.
+        scored = [(s + _line_terms(c.text, query_words, profile), c) for s, c in scored]
     scored.sort(key=lambda sc: (-sc[0], sc[1].id))
     return [_hit(c, s, "hybrid", profile, before.get(id(c))) for s, c in scored[:limit]]
+
+
+def _line_terms(text: str, query_words: set[str], profile: RecallProfile) -> float:
+    """What the line's own form adds to its final score: − question_penalty when it asks, +
+    speaker_bonus when someone the query names says it."""
+    out = 0.0
+    if profile.question_penalty and scoring.is_question_line(text):
+        out -= profile.question_penalty
+    if profile.speaker_bonus and scoring.spoken_by_named(text, query_words):
+        out += profile.speaker_bonus
+    return out
 
 
 def context_positions(

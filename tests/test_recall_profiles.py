@@ -211,7 +211,8 @@ def test_default_profile_by_embedder() -> None:
 def test_tuned_minilm_levers() -> None:
     # Guard the measured constants (README table): changing them needs a new bench run.
     assert TUNED_MINILM.embedder == profiles.MINILM_EMBEDDER and TUNED.embedder == profiles.E5_EMBEDDER
-    assert (TUNED_MINILM.lexical_weight, TUNED_MINILM.neighbour_weights()) == (0.5, (0.5, 0.5))
+    assert (TUNED_MINILM.lexical_weight, TUNED_MINILM.neighbour_weights()) == (0.5, (0.5, 0.3))
+    assert (TUNED_MINILM.question_penalty, TUNED_MINILM.speaker_bonus) == (0.1, 0.4)
     assert (TUNED_MINILM.context_seeds, TUNED.context_seeds, REFERENCE.context_seeds) == (20, 0, 0)
     assert (TUNED_MINILM.temporal_bonus, TUNED.temporal_bonus) == (0.04, 0.02)
     assert TUNED.neighbour_weights() == (0.4, 0.2) and REFERENCE.neighbour_weights() == ()
@@ -562,3 +563,103 @@ def test_no_context_lines_without_seeds_neighbour_weights_or_a_hybrid_pool() -> 
     one = CONTEXT.model_copy(update={"context_seeds": 1, "neighbour2_weight": 0.0})
     rank(query, _context_pool(), limit=10, profile=one, hybrid=True, context=lines)
     assert lines.calls == [[(D, 9)]]
+
+
+# ---------------------------------------------------------------------------------------------------
+# question lines (issue #17)
+
+
+@pytest.mark.parametrize(
+    ("text", "asks"),
+    [
+        ("[8 May 2023] Caroline: What pet do you have?", True),
+        ("Nate: what genre is it?  ", True),
+        ('Ann said: "are you coming?"', True),
+        ("(did she go?)", True),
+        ("Melanie: I have a cat named Oliver.", False),
+        ("Why? Because it was raining.", False),  # it asks, then tells: the line ends telling
+        ("", False),
+    ],
+)
+def test_a_question_line_is_one_that_ends_by_asking(text: str, asks: bool) -> None:
+    assert scoring.is_question_line(text) is asks
+
+
+def test_a_question_line_lends_its_full_match_to_its_reply_but_ranks_below_it() -> None:
+    # "What pets does Melanie have?": Caroline's question matches best; Melanie's reply is the evidence.
+    pool = [
+        cand("q", "Caroline: That's so nice! What pet do you have?", cosine=0.8, bm25_score=2.0, seq=1),
+        cand("r", "Melanie: A cat and a dog, Luna and Oliver.", cosine=0.7, bm25_score=1.8, seq=2),
+        cand("x", "Melanie: I went running today.", cosine=0.55, seq=7),
+    ]
+    query = "What pets does Melanie have?"
+    asks = TUNED_MINILM.model_copy(update={"speaker_bonus": 0.0})  # this lever alone
+    plain = asks.model_copy(update={"question_penalty": 0.0})
+    before = {h.id: h for h in rank(query, pool, limit=3, profile=plain, hybrid=True)}
+    after = {h.id: h for h in rank(query, pool, limit=3, profile=asks, hybrid=True)}
+    assert TUNED_MINILM.question_penalty == 0.1
+    # Without the penalty the question ranks first; with it, the reply does.
+    assert before["q"].score > before["r"].score and after["r"].score > after["q"].score
+    # Only the question line moves, by exactly the penalty; the reply keeps the boost the question's
+    # whole match lends it (neighbour context reads the scores before the penalty).
+    assert after["q"].score == pytest.approx(before["q"].score - 0.1)
+    assert after["r"].score == pytest.approx(before["r"].score)
+    assert after["x"].score == pytest.approx(before["x"].score)
+    # The evidence the floors compare is the question line's own match, unpenalised.
+    assert after["q"].evidence == pytest.approx(before["q"].evidence)
+    # The reference contract and the e5 profile (not measured here) do not rank questions lower.
+    assert REFERENCE.question_penalty == 0.0 and TUNED.question_penalty == 0.0
+    assert "question lines -0.1" in TUNED_MINILM.describe()
+
+
+# ---------------------------------------------------------------------------------------------------
+# named speakers (issue #17)
+
+
+@pytest.mark.parametrize(
+    ("text", "speaker"),
+    [
+        ("[8 May 2023] Caroline: I went to a support group", "Caroline"),
+        ("Melanie: I have a cat", "Melanie"),
+        ("Dr. Jane Smith: take two", "Dr. Jane Smith"),
+        ("Zoë: hallo", "Zoë"),
+        ("note: lower-case is no speaker", None),
+        ("12: numbers are no speaker", None),
+        ("A line with no prefix", None),
+        ("Four Words Are Too: many", None),
+        ("Melanie:no space after the colon", None),
+    ],
+)
+def test_the_speaker_is_the_capitalised_name_a_line_starts_with(text: str, speaker: str | None) -> None:
+    assert scoring.line_speaker(text) == speaker
+
+
+def test_a_named_speaker_is_matched_on_a_name_word_not_a_title() -> None:
+    asked = scoring.word_tokens("What did Jane say about Melanie's dog?")
+    assert scoring.spoken_by_named("Dr. Jane Smith: walk it twice a day", asked)
+    assert scoring.spoken_by_named("[20 July 2023] Melanie: he loves the beach", asked)
+    assert not scoring.spoken_by_named("Dr. Who: not named", asked)  # "dr" is no name word
+    assert not scoring.spoken_by_named("Caroline: Melanie's dog is cute", asked)  # named, not speaking
+
+
+def test_the_named_speakers_lines_rank_higher_and_floors_see_the_same_evidence() -> None:
+    query = "What pets does Melanie have?"
+    pool = [
+        cand("c", "Caroline: my neighbour has pets, a dog and two cats", cosine=0.8, bm25_score=2.0, seq=1),
+        cand("m", "Melanie: Luna and Oliver keep me busy", cosine=0.75, bm25_score=1.5, seq=9),
+        cand("o", "Oscar: unrelated", cosine=0.2, seq=20),
+    ]
+    plain = TUNED_MINILM.model_copy(update={"speaker_bonus": 0.0})
+    before = {h.id: h for h in rank(query, pool, limit=3, profile=plain, hybrid=True)}
+    after = {h.id: h for h in rank(query, pool, limit=3, profile=TUNED_MINILM, hybrid=True)}
+    assert TUNED_MINILM.speaker_bonus == 0.4
+    assert before["c"].score > before["m"].score and after["m"].score > after["c"].score
+    assert after["m"].score == pytest.approx(before["m"].score + 0.4)
+    assert after["c"].score == pytest.approx(before["c"].score)
+    assert after["m"].evidence == pytest.approx(before["m"].evidence)
+    # A query naming both speakers lifts both: their order is what it was without the bonus.
+    both = [h.id for h in rank("Do Caroline and Melanie have pets?", pool, limit=3, profile=TUNED_MINILM,
+                                hybrid=True)]  # fmt: skip
+    assert both == [h.id for h in rank("Do Caroline and Melanie have pets?", pool, limit=3, profile=plain,
+                                       hybrid=True)]  # fmt: skip
+    assert REFERENCE.speaker_bonus == 0.0 and TUNED.speaker_bonus == 0.0
