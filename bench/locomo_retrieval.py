@@ -343,6 +343,11 @@ def rows() -> list[Row]:
             "e5",
             _variant(t, "tuned-no-neighbours", neighbour_weight=0.0, neighbour2_weight=0.0),
         ),
+        Row(
+            "TUNED + question lines ranked lower (0.1) and named speakers (0.4), as tuned-minilm",
+            "e5",
+            _variant(t, "tuned-questions-speakers", question_penalty=0.1, speaker_bonus=0.4),
+        ),
         Row("tuned levers, MiniLM (TUNED_MINILM)", "minilm", P.TUNED_MINILM),
         *minilm_rows(),
     ]

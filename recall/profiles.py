@@ -143,13 +143,15 @@ TUNED = RecallProfile(
     auto_floor=0.98,
 )
 # The same levers calibrated for the MiniLM embedder (wider cosine spread → larger lexical weight), plus
-# context lines (issue #17). LoCoMo dev recall_any@5: chosen by the bench's grid on four conversations and
-# scored on the fifth, pooled, 0.736 (0.707 before context lines); the same grid on all five picks these
-# constants, 0.741 in-sample (README, held-out rows). Floors compare the evidence before neighbour context
+# context lines, question lines and named speakers (issue #17). LoCoMo dev recall_any@5: chosen by the
+# bench's grid on four conversations and scored on the fifth, pooled, 0.771 (0.736 before question lines
+# and speakers, 0.707 before context lines); the same grid on all five picks these constants, 0.778
+# in-sample (docs/recall.md, held-out rows). Floors compare the evidence before neighbour context
 # (``floor_on``), measured with bench/locomo_floors.py by the same rules as before: answer 0.88, the best
 # balanced accuracy — 94.1% of answerable / 9.6% of unanswerable queries clear it (the final-score floor
-# 0.81 before context lines: 91.4% / 9.1%); automatic 0.98, the highest floor whose balanced accuracy is at
-# least the reference's on MiniLM — 75.4% / 1.4% (before: 0.93, 75.7% / 1.8%).
+# 0.81 before context lines: 91.4% / 9.1%); automatic 0.98, the highest floor whose balanced accuracy is
+# at least the reference's on MiniLM — 75.4% / 1.4% (before: 0.93, 75.7% / 1.8%). Measured again after
+# question lines and speakers, which act on the final score only: unchanged.
 TUNED_MINILM = TUNED.model_copy(
     update={
         "name": "tuned-minilm",
