@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -273,11 +273,21 @@ def make_embedder(name: str, cache_dir: Path | None) -> CachedEmbedder:
 # rows
 
 
+Derive = Callable[[P.RecallProfile], P.RecallProfile]
+
+
 @dataclass(frozen=True)
 class Row:
+    """One retriever / profile of the table. Its leave-one-conversation-out figure (the LOCO column):
+    ``tuned_from=None`` — nothing in it was chosen on LoCoMo, so it equals the in-sample figure;
+    otherwise the profile named ``tuned_from`` is re-chosen on four conversations (``heldout``) and
+    ``derive`` builds this row from that fold's choice, scored on the fifth, pooled."""
+
     label: str
     embedder: str  # "minilm" | "e5"
     profile: P.RecallProfile
+    tuned_from: str | None = None  # the tuned profile whose constants this row takes
+    derive: Derive | None = field(default=None, compare=False, hash=False)  # None: that profile itself
 
 
 def _variant(base: P.RecallProfile, name: str, **changes: Any) -> P.RecallProfile:
@@ -313,9 +323,21 @@ def _levers(
 E5_BASE = _embedding_first("e5-embedding-first", P.E5_EMBEDDER)
 
 
+def _chain(base: P.RecallProfile, prefix: str) -> list[Derive]:
+    """How each lever row of ``_levers`` is built from a tuned profile (for its LOCO figure)."""
+    return [
+        lambda t: _levers(base, t, prefix)[0],
+        lambda t: _levers(base, t, prefix)[1],
+        lambda t: _levers(base, t, prefix)[2],
+        lambda t: _levers(base, t, prefix)[3],
+    ]
+
+
 def rows() -> list[Row]:
     t = P.TUNED
     lex, names, dates, temporal = _levers(E5_BASE, t, "e5")
+    d_lex, d_names, d_dates, d_temporal = _chain(E5_BASE, "e5")
+    e5 = {"embedder": "e5", "tuned_from": t.name}
     return [
         Row("BM25 only (DuckDB FTS)", "minilm", P.BM25_ONLY),
         Row("vector only, MiniLM", "minilm", P.VECTOR_ONLY),
@@ -323,32 +345,48 @@ def rows() -> list[Row]:
         Row("reference hybrid, MiniLM", "minilm", P.REFERENCE),
         Row("reference hybrid, e5-small", "e5", P.REFERENCE),
         Row("lever: e5 embedding-first, no floor, no anchors", "e5", E5_BASE),
-        Row(f"lever: + lexical BM25 term (x{t.lexical_weight})", "e5", lex),
+        Row(f"lever: + lexical BM25 term (x{t.lexical_weight})", profile=lex, derive=d_lex, **e5),
         Row(
             "lever: + reference anchors 0.15/0.08 instead",
-            "e5",
-            _variant(lex, "e5+lexical+refanchors", numeric_anchor_bonus=0.15, name_anchor_bonus=0.08),
+            profile=_variant(lex, "e5+lexical+refanchors", numeric_anchor_bonus=0.15, name_anchor_bonus=0.08),
+            derive=lambda x: _variant(
+                d_lex(x), "e5+lexical+refanchors", numeric_anchor_bonus=0.15, name_anchor_bonus=0.08
+            ),
+            **e5,
         ),
-        Row(f"lever: + name anchors ({t.name_anchor_bonus})", "e5", names),
-        Row(f"lever: + session-date/number anchors ({t.numeric_anchor_bonus})", "e5", dates),
-        Row(f"lever: + temporal-question handling ({t.temporal_bonus})", "e5", temporal),
+        Row(f"lever: + name anchors ({t.name_anchor_bonus})", profile=names, derive=d_names, **e5),
+        Row(
+            f"lever: + session-date/number anchors ({t.numeric_anchor_bonus})",
+            profile=dates,
+            derive=d_dates,
+            **e5,
+        ),
+        Row(
+            f"lever: + temporal-question handling ({t.temporal_bonus})",
+            profile=temporal,
+            derive=d_temporal,
+            **e5,
+        ),
         Row(
             f"lever: + neighbour context ±1 ({t.neighbour_weight})",
-            "e5",
-            _variant(t, "tuned-n1", neighbour2_weight=0.0),
+            profile=_variant(t, "tuned-n1", neighbour2_weight=0.0),
+            derive=lambda x: _variant(x, "tuned-n1", neighbour2_weight=0.0),
+            **e5,
         ),
-        Row(f"lever: + neighbour context ±2 ({t.neighbour2_weight}) = TUNED", "e5", t),
+        Row(f"lever: + neighbour context ±2 ({t.neighbour2_weight}) = TUNED", profile=t, **e5),
         Row(
             "TUNED without neighbour context",
-            "e5",
-            _variant(t, "tuned-no-neighbours", neighbour_weight=0.0, neighbour2_weight=0.0),
+            profile=_variant(t, "tuned-no-neighbours", neighbour_weight=0.0, neighbour2_weight=0.0),
+            derive=lambda x: _variant(x, "tuned-no-neighbours", neighbour_weight=0.0, neighbour2_weight=0.0),
+            **e5,
         ),
         Row(
             "TUNED + question lines ranked lower (0.1) and named speakers (0.4), as tuned-minilm",
-            "e5",
-            _variant(t, "tuned-questions-speakers", question_penalty=0.1, speaker_bonus=0.4),
+            profile=_variant(t, "tuned-questions-speakers", question_penalty=0.1, speaker_bonus=0.4),
+            derive=lambda x: _variant(x, "tuned-questions-speakers", question_penalty=0.1, speaker_bonus=0.4),
+            **e5,
         ),
-        Row("tuned levers, MiniLM (TUNED_MINILM)", "minilm", P.TUNED_MINILM),
+        Row("tuned levers, MiniLM (TUNED_MINILM)", "minilm", P.TUNED_MINILM, P.TUNED_MINILM.name),
         *minilm_rows(),
     ]
 
@@ -390,55 +428,98 @@ def minilm_rows() -> list[Row]:
     """The levers one at a time on MiniLM, ending at TUNED_MINILM (the shipped default)."""
     t = P.TUNED_MINILM
     lex, names, dates, temporal = _levers(MINILM_BASE, t, "minilm")
-    near = _variant(temporal, "minilm+…+neighbours", neighbour_weight=t.neighbour_weight)
-    near2 = _variant(near, "minilm+…+neighbours2", neighbour2_weight=t.neighbour2_weight)
+    d_lex, d_names, d_dates, d_temporal = _chain(MINILM_BASE, "minilm")
+
+    def d_near(x: P.RecallProfile) -> P.RecallProfile:
+        return _variant(d_temporal(x), "minilm+…+neighbours", neighbour_weight=x.neighbour_weight)
+
+    def d_near2(x: P.RecallProfile) -> P.RecallProfile:
+        return _variant(d_near(x), "minilm+…+neighbours2", neighbour2_weight=x.neighbour2_weight)
+
+    def d_context(x: P.RecallProfile) -> P.RecallProfile:
+        return _variant(x, "minilm+…+context-lines", question_penalty=0.0, speaker_bonus=0.0)
+
+    def d_questions(x: P.RecallProfile) -> P.RecallProfile:
+        return _variant(x, "tuned-minilm-v3", speaker_bonus=0.0)
+
+    def d_plain(x: P.RecallProfile) -> P.RecallProfile:
+        return _variant(
+            x,
+            "tuned-minilm-lex-neighbours",
+            numeric_anchor_bonus=0.0,
+            name_anchor_bonus=0.0,
+            session_date_anchors=False,
+            temporal_bonus=0.0,
+        )
+
+    def d_on_e5(x: P.RecallProfile) -> P.RecallProfile:
+        return _variant(x, "tuned-minilm-on-e5", embedder=P.E5_EMBEDDER)
+
     minilm = EmbeddingIdentity("local", "all-MiniLM-L6-v2-int8", 384)
+    e5_default = P.default_profile(EmbeddingIdentity("local-e5", "multilingual-e5-small-q4", 384))
+    tm = {"embedder": "minilm", "tuned_from": t.name}
     return [
         Row("MiniLM lever: embedding-first, no floor, no anchors", "minilm", MINILM_BASE),
-        Row(f"MiniLM lever: + lexical BM25 term (x{t.lexical_weight})", "minilm", lex),
-        Row(f"MiniLM lever: + name anchors ({t.name_anchor_bonus})", "minilm", names),
-        Row(f"MiniLM lever: + session-date/number anchors ({t.numeric_anchor_bonus})", "minilm", dates),
-        Row(f"MiniLM lever: + temporal-question handling ({t.temporal_bonus})", "minilm", temporal),
-        Row(f"MiniLM lever: + neighbour context ±1 ({t.neighbour_weight})", "minilm", near),
-        Row(f"MiniLM lever: + neighbour context ±2 ({t.neighbour2_weight})", "minilm", near2),
+        Row(f"MiniLM lever: + lexical BM25 term (x{t.lexical_weight})", profile=lex, derive=d_lex, **tm),
+        Row(f"MiniLM lever: + name anchors ({t.name_anchor_bonus})", profile=names, derive=d_names, **tm),
+        Row(
+            f"MiniLM lever: + session-date/number anchors ({t.numeric_anchor_bonus})",
+            profile=dates,
+            derive=d_dates,
+            **tm,
+        ),
+        Row(
+            f"MiniLM lever: + temporal-question handling ({t.temporal_bonus})",
+            profile=temporal,
+            derive=d_temporal,
+            **tm,
+        ),
+        Row(
+            f"MiniLM lever: + neighbour context ±1 ({t.neighbour_weight})",
+            profile=d_near(t),
+            derive=d_near,
+            **tm,
+        ),
+        Row(
+            f"MiniLM lever: + neighbour context ±2 ({t.neighbour2_weight})",
+            profile=d_near2(t),
+            derive=d_near2,
+            **tm,
+        ),
         Row(
             f"MiniLM lever: + context lines of the top {t.context_seeds}",
-            "minilm",
-            _variant(t, "minilm+…+context-lines", question_penalty=0.0, speaker_bonus=0.0),
+            profile=d_context(t),
+            derive=d_context,
+            **tm,
         ),
-        Row(f"MiniLM lever: + question lines ranked lower ({t.question_penalty})", "minilm", MINILM_V3),
-        Row(f"MiniLM lever: + named speaker's lines ({t.speaker_bonus}) = TUNED_MINILM", "minilm", t),
+        Row(
+            f"MiniLM lever: + question lines ranked lower ({t.question_penalty})",
+            profile=d_questions(t),
+            derive=d_questions,
+            **tm,
+        ),
+        Row(f"MiniLM lever: + named speaker's lines ({t.speaker_bonus}) = TUNED_MINILM", profile=t, **tm),
         Row(
             "TUNED_MINILM before context lines (lexical 0.3, neighbours 0.4/0.2, temporal 0.02)",
             "minilm",
             MINILM_V1,
+            MINILM_V1.name,
         ),
         Row(
             "TUNED_MINILM before question lines and speakers (neighbours 0.5/0.5, the previous default)",
             "minilm",
             MINILM_V2,
+            MINILM_V2.name,
         ),
         Row(
             "TUNED_MINILM without anchors/temporal (lexical + neighbours + context lines)",
-            "minilm",
-            _variant(
-                t,
-                "tuned-minilm-lex-neighbours",
-                numeric_anchor_bonus=0.0,
-                name_anchor_bonus=0.0,
-                session_date_anchors=False,
-                temporal_bonus=0.0,
-            ),
+            profile=d_plain(t),
+            derive=d_plain,
+            **tm,
         ),
-        Row(
-            "TUNED_MINILM levers on e5-small", "e5", _variant(t, "tuned-minilm-on-e5", embedder=P.E5_EMBEDDER)
-        ),
-        Row("default, MiniLM (search() without a profile)", "minilm", P.default_profile(minilm)),
-        Row(
-            "default, e5-small (search() without a profile)",
-            "e5",
-            P.default_profile(EmbeddingIdentity("local-e5", "multilingual-e5-small-q4", 384)),
-        ),
+        Row("TUNED_MINILM levers on e5-small", "e5", d_on_e5(t), t.name, d_on_e5),
+        Row("default, MiniLM (search() without a profile)", "minilm", P.default_profile(minilm), t.name),
+        Row("default, e5-small (search() without a profile)", "e5", e5_default, e5_default.name),
         Row(
             "default, HTTP provider (e.g. ollama nomic-embed-text) = reference; measured with MiniLM vectors",
             "minilm",
@@ -624,18 +705,38 @@ def _median(xs: Sequence[float]) -> str:
     return f"{statistics.median(xs):.1f}" if xs else "-"
 
 
-def print_tables(results: list[tuple[Row, Result]], n_questions: int, title: str) -> None:
+def print_tables(
+    results: list[tuple[Row, Result]],
+    n_questions: int,
+    title: str,
+    loco: dict[str, Result | None] | None = None,
+) -> None:
+    """``loco``: each row's leave-one-conversation-out figure by label (``row_loco``); rows it lacks are
+    themselves held-out figures."""
+    loco = loco or {}
     print(f"\n## {title}, {n_questions} questions (categories 1-4)\n")
     print(
-        "| retriever / profile | embedder | recall_any@5 | recall_any@10 | ndcg_any@10 | median ms "
-        "(query embedding excluded) | median ms (included) |"
+        "| retriever / profile | embedder | recall_any@5 LOCO | recall_any@5 | recall_any@10 | ndcg_any@10 | "
+        "median ms (query embedding excluded) | median ms (included) |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for row, r in results:
+        if row.label not in loco:
+            held = "-"  # a held-out row: its recall_any@5 is itself a held-out figure
+        else:
+            found = loco[row.label]
+            held = (
+                f"{_mean(r.r5):.3f} (=)" if found is None else (f"{_mean(found.r5):.3f}" if found.r5 else "-")
+            )
         print(
-            f"| {row.label} | {row.embedder} | {_mean(r.r5):.3f} | {_mean(r.r10):.3f} | "
+            f"| {row.label} | {row.embedder} | {held} | {_mean(r.r5):.3f} | {_mean(r.r10):.3f} | "
             f"{_mean(r.ndcg):.3f} | {_median(r.latency_ms)} | {_median(r.latency_incl_ms)} |"
         )
+    print(
+        "\nLOCO: the row's constants re-chosen on four conversations and scored on the fifth, pooled; "
+        "(=) nothing in the row was chosen on LoCoMo; - a held-out row (its recall_any@5 is already held "
+        "out), or not measured (run with --heldout)."
+    )
     counts = {c: sum(1 for x in results[0][1].cats if x == c) for c in CATEGORIES} if results else {}
     print("\n### per category: recall_any@5 / recall_any@10 / ndcg_any@10\n")
     header = " | ".join(f"{c} {CATEGORIES[c]} (n={counts.get(c, 0)})" for c in CATEGORIES)
@@ -724,6 +825,25 @@ def grid(base: P.RecallProfile) -> list[P.RecallProfile]:
     return out
 
 
+# The grid point each fold chose, by the tuned profile's name (``heldout``): fold i left conversation i out.
+FOLDS: dict[str, list[P.RecallProfile]] = {}
+
+
+def row_loco(row: Row, pools: Sequence[Pool] | None) -> Result | None:
+    """The row's leave-one-conversation-out figure (see ``Row``); None when it equals the in-sample one
+    (nothing in the row was chosen on LoCoMo). An empty Result: not measured in this run (no --heldout)."""
+    if row.tuned_from is None:
+        return None
+    folds = FOLDS.get(row.tuned_from)
+    out = Result()
+    if folds is None or pools is None:
+        return out
+    for held, chosen in enumerate(folds):
+        prof = row.derive(chosen) if row.derive is not None else chosen
+        out.extend(evaluate(Row("", row.embedder, prof), [p for p in pools if p.conv == held], fresh=False))
+    return out
+
+
 def heldout(
     label: str, embedder: str, base: P.RecallProfile, pools: Sequence[Pool], n_convs: int
 ) -> list[tuple[Row, Result]]:
@@ -755,8 +875,10 @@ def heldout(
     rows: list[tuple[Row, Result]] = []
     loco = Result()
     chosen = []
+    FOLDS[base.name] = []
     for held in range(n_convs):
         j = pick(set(range(n_convs)) - {held})
+        FOLDS[base.name].append(candidates[j])
         fold = subset(per[j], {held})
         chosen.append(f"conv {held}: {candidates[j].name} -> r@5 {_mean(fold.r5):.3f}")
         loco.extend(fold)
@@ -861,12 +983,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = None if args.no_cache else args.cache
     results: list[tuple[Row, Result]] = []
     extra: list[tuple[Row, Result]] = []
+    pools_by: dict[str, list[Pool]] = {}
     with tempfile.TemporaryDirectory(prefix="locomo-") as tmp:
         for name in needed:
             emb = make_embedder(name, cache)
             indexes = build(conversations, emb, name, Path(tmp))
             t0 = time.perf_counter()
             pools = collect_pools(conversations, indexes, emb, args.embed_sample)
+            pools_by[name] = pools
             sizes = [len(p.candidates) for p in pools]
             print(
                 f"# {name}: {len(pools)} pools gathered in {time.perf_counter() - t0:.1f} s "
@@ -879,6 +1003,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 res = evaluate(row, pools)
                 results.append((row, res))
                 print(f"# {row.label}: r@5 {_mean(res.r5):.3f} ({row.profile.describe()})", flush=True)
+            if name == "e5" and args.heldout:
+                extra += heldout("TUNED levers (e5)", name, P.TUNED, pools, len(conversations))
             if name == "minilm" and args.heldout:
                 extra += heldout("TUNED_MINILM levers", name, P.TUNED_MINILM, pools, len(conversations))
                 extra += heldout(
@@ -897,8 +1023,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             if name == "minilm" and args.sweep:
                 sweep("TUNED_MINILM levers", name, P.TUNED_MINILM, pools)
+        # Every fold's choice is known once all embedders ran (a MiniLM choice also ranks e5 pools).
+        loco = {row.label: row_loco(row, pools_by.get(row.embedder)) for row, _ in results}
     results.sort(key=lambda rr: wanted.index(rr[0]))
-    print_tables(results + extra, n_q, "LoCoMo " + ", ".join(str(f.name) for f in resolve_files(args.files)))
+    print_tables(
+        results + extra, n_q, "LoCoMo " + ", ".join(str(f.name) for f in resolve_files(args.files)), loco
+    )
     defaults = ", ".join(f"{k} -> {v.name}" for k, v in P.DEFAULT_PROFILES.items())
     print(f"\n# default profile by embedder: {defaults}; any other -> reference")
     print(f"# total {time.perf_counter() - started:.0f} s")
