@@ -427,7 +427,6 @@ def onnx_rows(label: str) -> list[Row]:
 def minilm_rows() -> list[Row]:
     """The levers one at a time on MiniLM, ending at TUNED_MINILM (the shipped default)."""
     t = P.TUNED_MINILM
-    lex, names, dates, temporal = _levers(MINILM_BASE, t, "minilm")
     d_lex, d_names, d_dates, d_temporal = _chain(MINILM_BASE, "minilm")
 
     def d_near(x: P.RecallProfile) -> P.RecallProfile:
@@ -458,46 +457,20 @@ def minilm_rows() -> list[Row]:
     minilm = EmbeddingIdentity("local", "all-MiniLM-L6-v2-int8", 384)
     e5_default = P.default_profile(EmbeddingIdentity("local-e5", "multilingual-e5-small-q4", 384))
     tm = {"embedder": "minilm", "tuned_from": t.name}
+
+    def lever(label: str, derive: Derive) -> Row:
+        return Row(label, profile=derive(t), derive=derive, **tm)
+
     return [
         Row("MiniLM lever: embedding-first, no floor, no anchors", "minilm", MINILM_BASE),
-        Row(f"MiniLM lever: + lexical BM25 term (x{t.lexical_weight})", profile=lex, derive=d_lex, **tm),
-        Row(f"MiniLM lever: + name anchors ({t.name_anchor_bonus})", profile=names, derive=d_names, **tm),
-        Row(
-            f"MiniLM lever: + session-date/number anchors ({t.numeric_anchor_bonus})",
-            profile=dates,
-            derive=d_dates,
-            **tm,
-        ),
-        Row(
-            f"MiniLM lever: + temporal-question handling ({t.temporal_bonus})",
-            profile=temporal,
-            derive=d_temporal,
-            **tm,
-        ),
-        Row(
-            f"MiniLM lever: + neighbour context ±1 ({t.neighbour_weight})",
-            profile=d_near(t),
-            derive=d_near,
-            **tm,
-        ),
-        Row(
-            f"MiniLM lever: + neighbour context ±2 ({t.neighbour2_weight})",
-            profile=d_near2(t),
-            derive=d_near2,
-            **tm,
-        ),
-        Row(
-            f"MiniLM lever: + context lines of the top {t.context_seeds}",
-            profile=d_context(t),
-            derive=d_context,
-            **tm,
-        ),
-        Row(
-            f"MiniLM lever: + question lines ranked lower ({t.question_penalty})",
-            profile=d_questions(t),
-            derive=d_questions,
-            **tm,
-        ),
+        lever(f"MiniLM lever: + lexical BM25 term (x{t.lexical_weight})", d_lex),
+        lever(f"MiniLM lever: + name anchors ({t.name_anchor_bonus})", d_names),
+        lever(f"MiniLM lever: + session-date/number anchors ({t.numeric_anchor_bonus})", d_dates),
+        lever(f"MiniLM lever: + temporal-question handling ({t.temporal_bonus})", d_temporal),
+        lever(f"MiniLM lever: + neighbour context ±1 ({t.neighbour_weight})", d_near),
+        lever(f"MiniLM lever: + neighbour context ±2 ({t.neighbour2_weight})", d_near2),
+        lever(f"MiniLM lever: + context lines of the top {t.context_seeds}", d_context),
+        lever(f"MiniLM lever: + question lines ranked lower ({t.question_penalty})", d_questions),
         Row(f"MiniLM lever: + named speaker's lines ({t.speaker_bonus}) = TUNED_MINILM", profile=t, **tm),
         Row(
             "TUNED_MINILM before context lines (lexical 0.3, neighbours 0.4/0.2, temporal 0.02)",
@@ -511,12 +484,7 @@ def minilm_rows() -> list[Row]:
             MINILM_V2,
             MINILM_V2.name,
         ),
-        Row(
-            "TUNED_MINILM without anchors/temporal (lexical + neighbours + context lines)",
-            profile=d_plain(t),
-            derive=d_plain,
-            **tm,
-        ),
+        lever("TUNED_MINILM without anchors/temporal (lexical + neighbours + context lines)", d_plain),
         Row("TUNED_MINILM levers on e5-small", "e5", d_on_e5(t), t.name, d_on_e5),
         Row("default, MiniLM (search() without a profile)", "minilm", P.default_profile(minilm), t.name),
         Row("default, e5-small (search() without a profile)", "e5", e5_default, e5_default.name),
