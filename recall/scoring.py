@@ -295,9 +295,7 @@ def spoken_by_named(text: str, query_words: set[str]) -> bool:
     """The line's speaker is someone the query names: a word of the speaker's name of three letters or
     more (not a title such as "Dr") is a query word."""
     speaker = line_speaker(text)
-    return speaker is not None and any(
-        len(w) >= 3 and w in query_words for w in _WORD_RE.findall(normalise(speaker))
-    )
+    return speaker is not None and any(len(w) >= 3 and w in query_words for w in word_tokens(speaker))
 
 
 def is_question_line(text: str) -> bool:
