@@ -7,6 +7,7 @@ import errno
 import fcntl
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,32 @@ from tempomem.storage.limits import DIR_MODE, FILE_MODE
 
 class UnsafePathError(Exception):
     """A path that must be a private directory or regular file is something else (symlink, foreign, …)."""
+
+
+# Threads of one process share the pid in a temp name (``.name.tmp-<pid>``), so two writers of one path
+# would truncate and rename each other's temp file: two snapshot publishers of one intake left a torn
+# snapshot.json. Writers of the same path take turns; writers of different paths never wait.
+_WRITERS_GUARD = threading.Lock()
+_WRITERS: dict[str, tuple[threading.Lock, int]] = {}
+
+
+@contextlib.contextmanager
+def one_writer(path: Path) -> Iterator[None]:
+    """Hold while using ``path``'s temp name: one thread of this process at a time per path."""
+    key = os.fspath(path)
+    with _WRITERS_GUARD:
+        lock, users = _WRITERS.get(key) or (threading.Lock(), 0)
+        _WRITERS[key] = (lock, users + 1)
+    try:
+        with lock:
+            yield
+    finally:
+        with _WRITERS_GUARD:
+            users = _WRITERS[key][1] - 1
+            if users:
+                _WRITERS[key] = (lock, users)
+            else:
+                del _WRITERS[key]
 
 
 def fsync_dir(path: Path) -> None:
@@ -75,22 +102,23 @@ def atomic_write(path: Path, data: bytes, *, mode: int = FILE_MODE) -> None:
     if path.is_symlink():
         raise UnsafePathError(f"{path} is a symlink")
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with one_writer(tmp):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.rename(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
     fsync_dir(path.parent)
 
 

@@ -20,6 +20,7 @@ from tempomem.storage.intake import Intake
 
 log = logging.getLogger("tempomem.snapshot")
 SNAPSHOT_FILE = "snapshot.json"
+_WRITE_TRIES = 3
 ShutdownState = Literal["running", "draining", "stopped"]
 
 
@@ -96,12 +97,24 @@ class SnapshotPublisher:
             if not self._wake.is_set():
                 self._idle.set()
 
-    def _publish(self, snap: IntakeSnapshot) -> None:
-        if self.write_file and self.intake.base.exists():
+    def _write_file(self, snap: IntakeSnapshot) -> None:
+        data = snap.model_dump_json().encode()
+        for tries_left in reversed(range(_WRITE_TRIES)):
             try:
-                atomic_write(self.intake.base / SNAPSHOT_FILE, snap.model_dump_json().encode())
+                atomic_write(self.intake.base / SNAPSHOT_FILE, data)
+                return
+            except FileNotFoundError as exc:
+                # Another process's intake tidy removed the temp file mid-write: write it again.
+                if not tries_left or not self.intake.base.exists():
+                    log.warning("snapshot file not written (%s)", type(exc).__name__)
+                    return
             except OSError as exc:
                 log.warning("snapshot file not written (%s)", type(exc).__name__)
+                return
+
+    def _publish(self, snap: IntakeSnapshot) -> None:
+        if self.write_file and self.intake.base.exists():
+            self._write_file(snap)
         for sink in self.sinks:
             try:
                 sink(snap)

@@ -28,6 +28,7 @@ from tempomem.storage.fsio import (
     atomic_write,
     ensure_private_dir,
     fsync_dir,
+    one_writer,
     read_private_file,
 )
 from tempomem.storage.instants import format_instant
@@ -197,9 +198,9 @@ def tidy(intake: Intake, *, now: datetime) -> TidyReport:
     if not intake.root.exists():
         return TidyReport()
     with intake.lock():
-        temp = leftover_temp_files(intake)
-        for path in temp:
-            _unlink(path)
+        # The intake lock keeps intake writers out; a writer of this process that takes no intake lock
+        # (the snapshot publisher) is waited for by its temp name, so only true leftovers go.
+        temp = [path for path in leftover_temp_files(intake) if _unlink_leftover(path)]
         finished = interrupted_resolves(intake)
         for record_id in finished:
             for folder in (intake.pending_dir, intake.dead_dir):
@@ -230,6 +231,16 @@ def tidy(intake: Intake, *, now: datetime) -> TidyReport:
         commitments_finished=commitments,
         quarantined=quarantined,
     )
+
+
+def _unlink_leftover(path: Path) -> bool:
+    """Remove a temp file once no thread of this process writes it; False when it was renamed meanwhile."""
+    with one_writer(path):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+    return True
 
 
 def _unlink(path: Path) -> None:

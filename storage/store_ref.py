@@ -15,7 +15,13 @@ import re
 import secrets
 from pathlib import Path
 
-from tempomem.storage.fsio import UnsafePathError, ensure_private_dir, fsync_dir, read_private_file
+from tempomem.storage.fsio import (
+    UnsafePathError,
+    ensure_private_dir,
+    fsync_dir,
+    one_writer,
+    read_private_file,
+)
 from tempomem.storage.limits import FILE_MODE
 
 STORE_LOCK = ".store.lock"
@@ -59,19 +65,20 @@ def store_id(root: Path) -> str:
     legacy = any(os.path.lexists(root / name) for name in _STORE_CONTENT)
     new = path_store_id(root) if legacy else secrets.token_hex(8)
     tmp = root / f"{STORE_ID_FILE}.tmp-{os.getpid()}"  # the atomic_write temp form: tidy removes a leftover
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
-    try:
-        os.write(fd, f"{new}\n".encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, root / STORE_ID_FILE)  # never replaces: two first users agree on the first id
-    except FileExistsError:
-        pass
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    with one_writer(tmp):  # another thread of this process would truncate and unlink the same temp name
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            os.write(fd, f"{new}\n".encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, root / STORE_ID_FILE)  # never replaces: two first users agree on the first id
+        except FileExistsError:
+            pass
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
     fsync_dir(root)
     found = read_store_id(root)
     assert found is not None

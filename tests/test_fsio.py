@@ -11,6 +11,7 @@ import fcntl
 import os
 import stat
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -338,3 +339,23 @@ def test_a_file_owned_by_someone_else_is_refused_by_name(tmp_path: Path) -> None
     with pytest.raises(UnsafePathError) as err:
         read_private_file(theirs)
     assert str(err.value) == f"{theirs} is owned by uid 12345, not {os.geteuid()}"
+
+
+def test_threads_writing_one_path_never_tear_it(tmp_path: Path) -> None:
+    """Threads of one process share the pid in the temp name. Two snapshot publishers of one intake (the
+    host's Store and its worker) truncated and renamed each other's temp file: snapshot.json came out
+    as one body's bytes over the other's, or the later rename failed with FileNotFoundError."""
+    path = tmp_path / "snapshot.json"
+    bodies = [b'{"pending": "' + b"a" * 40 + b'"}', b'{"pending": 7}']
+
+    def write(start: threading.Barrier, body: bytes) -> None:
+        start.wait()
+        atomic_write(path, body)
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        for _ in range(40):
+            start = threading.Barrier(len(bodies))
+            for future in [pool.submit(write, start, body) for body in bodies]:
+                future.result()  # re-raises a thread's error
+            assert path.read_bytes() in bodies
+    assert [p.name for p in tmp_path.iterdir()] == ["snapshot.json"]

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio.client import Client
 
+from tempomem.storage.fsio import atomic_write
 from tempomem.storage.intake_records import RecordState
 from tempomem.storage.intake_snapshot import IntakeSnapshot
 from tempomem.storage.turn import AdmissionStatus, CompletedTurn
@@ -268,3 +270,93 @@ def test_a_failing_transition_callback_is_logged_by_name_only(tmp_path: Path, ca
     assert [(r.name, r.getMessage()) for r in caplog.records] == [
         ("tempomem.intake", "transition notification failed")
     ]
+
+
+class _HeldSnapshotFsync:
+    """Holds the snapshot writer's fsync of its temp file until released, so a test can act while the
+    temp file exists (a real file on disk; only the moment is chosen)."""
+
+    def __init__(self, monkeypatch) -> None:
+        import threading
+
+        self.reached, self.release = threading.Event(), threading.Event()
+        self._names: dict[int, str] = {}
+        real_open, real_fsync = os.open, os.fsync
+
+        def open_(path, flags, *args, **kw):
+            fd = real_open(path, flags, *args, **kw)
+            self._names[fd] = os.fspath(path)
+            return fd
+
+        def fsync(fd: int) -> None:
+            if Path(self._names.get(fd, "")).name.startswith(".snapshot.json.tmp-"):
+                self.reached.set()
+                assert self.release.wait(10)
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "open", open_)
+        monkeypatch.setattr(os, "fsync", fsync)
+
+
+def test_the_intake_tidy_waits_for_this_process_snapshot_write(tmp_path: Path, monkeypatch) -> None:
+    """A worker starting beside the host's Store (one process) tidied the intake while the Store's
+    publisher was writing: the tidy removed the live temp file, the write failed (FileNotFoundError)
+    and the snapshot stayed stale. The tidy now waits for a writer of this process."""
+    import threading
+    import time
+
+    from tempomem.storage.intake import Intake
+    from tempomem.storage.intake_tidy import tidy
+
+    intake = Intake(tmp_path / "mem")
+    intake.ensure_layout()
+    held = _HeldSnapshotFsync(monkeypatch)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            atomic_write(intake.base / "snapshot.json", b'{"pending": 0}')
+        except BaseException as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert held.reached.wait(10)
+    reports = []
+    tidier = threading.Thread(target=lambda: reports.append(tidy(intake, now=T0)))
+    tidier.start()
+    time.sleep(0.3)  # time enough for the tidy to reach the temp file
+    held.release.set()
+    writer.join(10)
+    tidier.join(10)
+    assert errors == []
+    assert (intake.base / "snapshot.json").read_bytes() == b'{"pending": 0}'
+    assert reports[0].temp_files_removed == 0  # it was renamed, not left over
+
+
+def test_a_snapshot_write_whose_temp_file_another_process_removed_is_written_again(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """Another process's tidy does not know this process's writer: it may remove the temp file
+    mid-write. The publisher writes the file again instead of leaving the last snapshot stale."""
+    import logging
+
+    from tempomem.storage.intake import Intake
+    from tempomem.storage.intake_snapshot import SnapshotPublisher
+
+    intake = Intake(tmp_path / "mem")
+    intake.ensure_layout()
+    caplog.set_level(logging.WARNING, logger="tempomem.snapshot")
+    held = _HeldSnapshotFsync(monkeypatch)
+    publisher = SnapshotPublisher(intake, [])
+    try:
+        publisher.set_shutdown("draining")
+        assert held.reached.wait(10)
+        [temp] = [p for p in intake.base.iterdir() if p.name.startswith(".snapshot.json.tmp-")]
+        temp.unlink()  # what the other process's tidy does
+        held.release.set()
+        assert publisher.flush()
+    finally:
+        publisher.close()
+    assert json.loads((intake.base / "snapshot.json").read_bytes())["shutdown"] == "draining"
+    assert "snapshot file not written" not in caplog.text

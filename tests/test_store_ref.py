@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -115,3 +118,19 @@ def test_reading_an_existing_id_writes_nothing(tmp_path: Path) -> None:
     finally:
         os.chmod(root, 0o700)
     assert (after.st_mtime_ns, stat.S_IMODE(after.st_mode)) == (before.st_mtime_ns, 0o500)
+
+
+def test_threads_creating_one_store_agree_on_its_id(tmp_path: Path) -> None:
+    """The id's temp name carries the pid, which threads share: one thread's unlink made another's link
+    fail with FileNotFoundError before the writers of one temp name took turns."""
+    with ThreadPoolExecutor(4) as pool:
+        for i in range(30):
+            root, start = tmp_path / f"s{i}", threading.Barrier(4)
+            futures = [pool.submit(_together, start, store_id, root) for _ in range(4)]
+            ids = {f.result() for f in futures}  # .result() re-raises a thread's error
+            assert ids == {read_store_id(root)}
+
+
+def _together(start: threading.Barrier, fn: Callable[[Path], str], root: Path) -> str:
+    start.wait()
+    return fn(root)

@@ -35,7 +35,7 @@ from tempomem.export.layout import (
     open_regular,
 )
 from tempomem.export.verify import verify_archive
-from tempomem.storage.fsio import UnsafePathError, fsync_dir
+from tempomem.storage.fsio import UnsafePathError, fsync_dir, one_writer
 from tempomem.storage.instants import format_instant
 from tempomem.storage.intake import INTAKE_DIR, Intake
 from tempomem.storage.intake_records import IntakeError, RecordState
@@ -177,20 +177,21 @@ def export_store(
         manifest_bytes = (manifest.model_dump_json(indent=1) + "\n").encode("utf-8")
         part = out.with_name(f".{out.name}.tmp-{os.getpid()}")
         mtime = int(now.timestamp())
-        try:
-            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as raw:
-                with tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-                    _tar_add(tar, MANIFEST_NAME, None, manifest_bytes, mtime)
-                    for entry in manifest.files:
-                        _tar_add(tar, entry.path, dest / entry.path, None, mtime)
-                raw.flush()
-                os.fsync(raw.fileno())
-            os.rename(part, out)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(part)
-            raise
+        with one_writer(part):  # two exports to one path from threads of this process share the name
+            try:
+                fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as raw:
+                    with tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+                        _tar_add(tar, MANIFEST_NAME, None, manifest_bytes, mtime)
+                        for entry in manifest.files:
+                            _tar_add(tar, entry.path, dest / entry.path, None, mtime)
+                    raw.flush()
+                    os.fsync(raw.fileno())
+                os.rename(part, out)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(part)
+                raise
         fsync_dir(out.parent)
     verified = verify_archive(out)  # proves the archive reads back before we report success
     n_records = len(json.loads(verified.intake_metadata or b"{}").get("records", []))
