@@ -39,12 +39,14 @@ def in_list(values: Sequence[object]) -> str:
     return "(" + ", ".join("?" * len(values)) + ")" if values else "(NULL)"
 
 
+# How many FTS stats tables exist (0 or 1): a caller may fold it into a query of its own.
+INDEX_COUNT_SQL = (
+    f"SELECT count(*) FROM duckdb_tables() WHERE schema_name = '{SCHEMA}' AND table_name = 'stats'"
+)
+
+
 def has_index(con: duckdb.DuckDBPyConnection) -> bool:
-    return bool(
-        con.execute(
-            f"SELECT count(*) FROM duckdb_tables() WHERE schema_name = '{SCHEMA}' AND table_name = 'stats'"
-        ).fetchone()[0]  # type: ignore[index]
-    )
+    return bool(con.execute(INDEX_COUNT_SQL).fetchone()[0])  # type: ignore[index]
 
 
 @dataclass
@@ -85,31 +87,35 @@ def apply_changes(con: duckdb.DuckDBPyConnection, gone: Sequence[str], added: Se
             con.execute(f"DELETE FROM {s}.terms WHERE docid IN {ids}")
             con.execute(f"DELETE FROM {s}.docs WHERE docid IN {ids}")
     if added:
-        tokens = con.execute(
+        # One statement for the present rows (term NULL) and their stemmed tokens, one for the known
+        # terms and the next free ids: DuckDB statements cost about a millisecond each.
+        rows = con.execute(
+            f"SELECT id, NULL FROM memories WHERE id IN {in_list(added)} UNION ALL "
             f"SELECT t.id, stem(t.w, 'porter') FROM (SELECT id, unnest({s}.tokenize(text)) AS w "
             f"FROM memories WHERE id IN {in_list(added)}) AS t "
             f"WHERE t.w IS NOT NULL AND len(t.w) > 0 AND t.w NOT IN (SELECT sw FROM {s}.stopwords)",
-            list(added),
+            [*added, *added],
         ).fetchall()
-        present = [
-            rid
-            for (rid,) in con.execute(
-                f"SELECT id FROM memories WHERE id IN {in_list(added)} ORDER BY id", list(added)
-            ).fetchall()
-        ]
+        present = sorted(rid for rid, term in rows if term is None)
+        tokens = [(rid, term) for rid, term in rows if term is not None]
         terms_of: dict[str, list[str]] = {rid: [] for rid in present}
         for rid, term in tokens:
             terms_of[rid].append(term)
         wanted = sorted({t for _, t in tokens})
-        termid_of: dict[str, int] = dict(
-            con.execute(
-                f"SELECT term, termid FROM {s}.dict WHERE term IN {in_list(wanted)}", wanted
-            ).fetchall()
-        )
-        base_doc, base_term = con.execute(
-            f"SELECT (SELECT coalesce(max(docid), -1) + 1 FROM {s}.docs), "
-            f"(SELECT coalesce(max(termid), -1) + 1 FROM {s}.dict)"
-        ).fetchone()  # type: ignore[misc]
+        termid_of: dict[str, int] = {}
+        base_doc = base_term = 0
+        for kind, term, termid in con.execute(
+            f"SELECT 'doc', NULL, coalesce(max(docid), -1) + 1 FROM {s}.docs UNION ALL "
+            f"SELECT 'term', NULL, coalesce(max(termid), -1) + 1 FROM {s}.dict UNION ALL "
+            f"SELECT 'known', term, termid FROM {s}.dict WHERE term IN {in_list(wanted)}",
+            wanted,
+        ).fetchall():
+            if kind == "doc":
+                base_doc = termid
+            elif kind == "term":
+                base_term = termid
+            else:
+                termid_of[term] = termid
         new_terms = [t for t in wanted if t not in termid_of]
         for offset, term in enumerate(new_terms):
             termid_of[term] = int(base_term) + offset

@@ -288,10 +288,12 @@ class IndexBuild(IndexAccess):
             stored: dict[str, tuple[str, str]] = {}
             max_seq = 0
             kept: dict[str, str] = {}
+            indexed = False
             for kind, a, b, c in con.execute(
                 "SELECT 'row', id, row_digest, content_hash FROM memories WHERE id IN "
                 f"{fts.in_list(incoming)} UNION ALL "
                 "SELECT 'seq', CAST(coalesce(max(seq), 0) AS VARCHAR), NULL, NULL FROM memories UNION ALL "
+                f"SELECT 'fts', CAST(({fts.INDEX_COUNT_SQL}) AS VARCHAR), NULL, NULL UNION ALL "
                 "SELECT 'meta', key, value, NULL FROM meta WHERE key IN ('rows', 'source_digest', 'fts_seq')",
                 list(incoming),
             ).fetchall():
@@ -299,6 +301,8 @@ class IndexBuild(IndexAccess):
                     stored[a] = (b, c)
                 elif kind == "seq":
                     max_seq = int(a)
+                elif kind == "fts":
+                    indexed = a != "0"  # the write lock is held: nobody adds or drops it meanwhile
                 else:
                     kept[a] = b
             removed = [
@@ -333,14 +337,15 @@ class IndexBuild(IndexAccess):
                     con.register("incoming", pa.Table.from_pylist(changed, schema=ARROW_SCHEMA))
                     con.execute(f"INSERT INTO memories SELECT {', '.join(COLUMNS)} FROM incoming")
                     con.unregister("incoming")
-                indexed = fts.has_index(con)
                 delta = None
                 if indexed:
                     # Same transaction as the rows: the FTS index never lags behind them (AMB-32).
                     delta = fts.apply_changes(
                         con, removed + [r["id"] for r in changed], [r["id"] for r in changed]
                     )
-                self._store_digest(con, n_rows, digest, watermark=indexed)
+                # New rows took the seqs above the old highest; only removals need the table's max.
+                top = max_seq + len(changed) if changed else None
+                self._store_digest(con, n_rows, digest, watermark=indexed, max_seq=top)
                 con.execute("COMMIT")
                 if not indexed:
                     self._rebuild_fts(con)

@@ -247,11 +247,19 @@ class IndexAccess:
 
     @staticmethod
     def _store_digest(
-        con: duckdb.DuckDBPyConnection, rows: int, digest: str, *, watermark: bool = False
+        con: duckdb.DuckDBPyConnection,
+        rows: int,
+        digest: str,
+        *,
+        watermark: bool = False,
+        max_seq: int | None = None,
     ) -> None:
-        """Keep (rows, digest) in ``meta``; ``watermark`` also moves ``fts_seq`` in the same statement."""
+        """Keep (rows, digest) in ``meta``; ``watermark`` also moves ``fts_seq`` in the same statement,
+        to ``max_seq`` when the caller knows the highest seq (saves a scan), else to the table's."""
         values = [f"('rows', '{int(rows)}')", f"('source_digest', {sql_str(digest)})"]
-        if watermark:
+        if watermark and max_seq is not None:
+            values.append(f"('fts_seq', '{int(max_seq)}')")
+        elif watermark:
             values.append("('fts_seq', (SELECT CAST(coalesce(max(seq), 0) AS VARCHAR) FROM memories))")
         con.execute(f"INSERT OR REPLACE INTO meta VALUES {', '.join(values)}")
 
