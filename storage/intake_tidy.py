@@ -10,6 +10,8 @@
   records that fail ``check_record``.
 
 Everything runs under the intake lock, which every intake writer holds, so no live write is touched.
+The snapshot publisher writes without that lock: a temp file of this process is removed only after
+its writer let go of it (``one_writer``), and the publisher rewrites one another process removed.
 """
 
 from __future__ import annotations
