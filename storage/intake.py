@@ -192,7 +192,7 @@ class Intake:
         # processed, never a ledger entry for a turn that was lost.
         atomic_write(self.pending_dir / record_id, data)
         self.after_record_write()
-        ledger.append(record_id, digest, self.has_receipt)
+        ledger.append(record_id, digest, self.has_receipt, looked_up=True)  # absent a moment ago, same lock
         return "admitted"
 
     def after_record_write(self) -> None:

@@ -209,9 +209,19 @@ class Ledger:
         return total
 
     # -- writing ------------------------------------------------------------------------------------
-    def append(self, record_id: str, payload_sha256: str, has_receipt: Callable[[str, str], bool]) -> bool:
-        """Commit ``record_id`` once. False when it was already there with that hash."""
-        existing = self.lookup(record_id, has_receipt)
+    def append(
+        self,
+        record_id: str,
+        payload_sha256: str,
+        has_receipt: Callable[[str, str], bool],
+        *,
+        looked_up: bool = False,
+    ) -> bool:
+        """Commit ``record_id`` once. False when it was already there with that hash.
+
+        ``looked_up``: the caller's ``lookup`` found no commitment for ``record_id`` under the same
+        intake lock (admission), so its shard was verified then and is not read and hashed again."""
+        existing = None if looked_up else self.lookup(record_id, has_receipt)
         if existing == payload_sha256:
             return False
         if existing is not None:
