@@ -325,12 +325,7 @@ E5_BASE = _embedding_first("e5-embedding-first", P.E5_EMBEDDER)
 
 def _chain(base: P.RecallProfile, prefix: str) -> list[Derive]:
     """How each lever row of ``_levers`` is built from a tuned profile (for its LOCO figure)."""
-    return [
-        lambda t: _levers(base, t, prefix)[0],
-        lambda t: _levers(base, t, prefix)[1],
-        lambda t: _levers(base, t, prefix)[2],
-        lambda t: _levers(base, t, prefix)[3],
-    ]
+    return [lambda t, i=i: _levers(base, t, prefix)[i] for i in range(4)]
 
 
 def rows() -> list[Row]:
@@ -413,7 +408,6 @@ MINILM_V1 = _variant(
 MINILM_V2 = _variant(
     P.TUNED_MINILM, "tuned-minilm-v2", neighbour2_weight=0.5, question_penalty=0.0, speaker_bonus=0.0
 )
-MINILM_V3 = _variant(P.TUNED_MINILM, "tuned-minilm-v3", speaker_bonus=0.0)
 
 
 def onnx_rows(label: str) -> list[Row]:

@@ -6,6 +6,7 @@ a failing sink is logged and ignored: the on-disk intake stays authoritative (IN
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -98,19 +99,16 @@ class SnapshotPublisher:
                 self._idle.set()
 
     def _write_file(self, snap: IntakeSnapshot) -> None:
-        data = snap.model_dump_json().encode()
-        for tries_left in reversed(range(_WRITE_TRIES)):
-            try:
-                atomic_write(self.intake.base / SNAPSHOT_FILE, data)
-                return
-            except FileNotFoundError as exc:
-                # Another process's intake tidy removed the temp file mid-write: write it again.
-                if not tries_left or not self.intake.base.exists():
-                    log.warning("snapshot file not written (%s)", type(exc).__name__)
+        path, data = self.intake.base / SNAPSHOT_FILE, snap.model_dump_json().encode()
+        try:
+            for _ in range(_WRITE_TRIES - 1):
+                # Another process's intake tidy may remove the temp file mid-write: write it again.
+                with contextlib.suppress(FileNotFoundError):
+                    atomic_write(path, data)
                     return
-            except OSError as exc:
-                log.warning("snapshot file not written (%s)", type(exc).__name__)
-                return
+            atomic_write(path, data)
+        except OSError as exc:
+            log.warning("snapshot file not written (%s)", type(exc).__name__)
 
     def _publish(self, snap: IntakeSnapshot) -> None:
         if self.write_file and self.intake.base.exists():
